@@ -1,0 +1,137 @@
+"""One timer that is correct on CUDA, MPS and CPU: warm-up, synchronisation, repeats, median and spread (chapter 00)."""
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+
+from .device import as_device, synchronize
+
+__all__ = ["Timing", "time_fn", "format_seconds"]
+
+
+def format_seconds(s: float) -> str:
+    """Format a duration with a sensible unit: '812 µs', '12.3 ms', '1.42 s' (chapter 00)."""
+    if s < 1e-3:
+        return f"{s * 1e6:.3g} µs"
+    if s < 1.0:
+        return f"{s * 1e3:.3g} ms"
+    return f"{s:.3g} s"
+
+
+def _quantile(sorted_xs: list[float], q: float) -> float:
+    """Linear-interpolated quantile of an already sorted list."""
+    if len(sorted_xs) == 1:
+        return sorted_xs[0]
+    pos = q * (len(sorted_xs) - 1)
+    lo = int(pos)
+    hi = min(lo + 1, len(sorted_xs) - 1)
+    return sorted_xs[lo] + (sorted_xs[hi] - sorted_xs[lo]) * (pos - lo)
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Seconds per call from repeated, synchronised runs; summarised by the median (chapter 00)."""
+
+    times: tuple[float, ...]
+    device: str = "cpu"
+    number: int = 1  # calls averaged inside each repeat (for work shorter than the timer's resolution)
+
+    def __post_init__(self) -> None:
+        if not self.times:
+            raise ValueError("a Timing needs at least one measured repeat")
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.times)
+
+    @property
+    def mean(self) -> float:
+        return statistics.fmean(self.times)
+
+    @property
+    def min(self) -> float:
+        return min(self.times)
+
+    @property
+    def max(self) -> float:
+        return max(self.times)
+
+    @property
+    def p10(self) -> float:
+        return _quantile(sorted(self.times), 0.10)
+
+    @property
+    def p90(self) -> float:
+        return _quantile(sorted(self.times), 0.90)
+
+    @property
+    def iqr(self) -> float:
+        xs = sorted(self.times)
+        return _quantile(xs, 0.75) - _quantile(xs, 0.25)
+
+    @property
+    def spread(self) -> float:
+        """Relative spread: interquartile range / median."""
+        return self.iqr / self.median if self.median > 0 else 0.0
+
+    def __str__(self) -> str:
+        return (f"{format_seconds(self.median)} median (IQR {format_seconds(self.iqr)}, "
+                f"{len(self.times)} repeats on {self.device})")
+
+
+def _calibrate(fn: Callable[[], Any], dev: torch.device, target_s: float) -> int:
+    """How many calls per repeat so that one repeat lasts at least `target_s`."""
+    number = 1
+    while True:
+        synchronize(dev)
+        t0 = time.perf_counter()
+        for _ in range(number):
+            fn()
+        synchronize(dev)
+        elapsed = time.perf_counter() - t0
+        if elapsed >= target_s or number >= 1 << 20:
+            return number
+        number = max(number * 2, int(number * target_s / max(elapsed, 1e-9) * 1.2))
+
+
+def time_fn(fn: Callable[[], Any], *, device: torch.device | str | None = None, warmup: int = 3,
+            repeats: int = 10, number: int | None = 1, min_repeat_s: float = 2e-3) -> Timing:
+    """Time `fn()`: warm up, synchronise, repeat, and return seconds per call (chapter 00).
+
+    On CUDA each repeat is bracketed by CUDA events, so the GPU's own clock times the queued work.
+    `number=None` calibrates how many calls one repeat averages so it lasts at least `min_repeat_s`.
+    """
+    if warmup < 0 or repeats < 1:
+        raise ValueError(f"need warmup >= 0 and repeats >= 1, got warmup={warmup}, repeats={repeats}")
+    if number is not None and number < 1:
+        raise ValueError(f"number of calls per repeat must be >= 1, got {number}")
+    dev = as_device(device)
+    for _ in range(warmup):
+        fn()
+    if number is None:
+        number = _calibrate(fn, dev, min_repeat_s)
+    synchronize(dev)
+    times: list[float] = []
+    if dev.type == "cuda":
+        pairs = []
+        for _ in range(repeats):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            for _ in range(number):
+                fn()
+            end.record()
+            pairs.append((start, end))
+        torch.cuda.synchronize(dev)
+        times = [s.elapsed_time(e) / 1e3 / number for s, e in pairs]
+    else:
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            for _ in range(number):
+                fn()
+            synchronize(dev)
+            times.append((time.perf_counter() - t0) / number)
+    return Timing(times=tuple(times), device=str(dev), number=number)

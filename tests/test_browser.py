@@ -1,0 +1,101 @@
+"""Open the built HTML book in headless Chromium: pages load, figures render, static sliders move the figure.
+
+Run after `jupyter-book build` (make test does). Without Chromium it is skipped with a message, except in CI.
+Screenshots land in _build/screenshots/.
+"""
+import functools
+import http.server
+import os
+import shutil
+import threading
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+HTML = ROOT / "_build" / "html"
+SHOTS = ROOT / "_build" / "screenshots"
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+URL = yaml.safe_load((ROOT / "_config.yml").read_text())["repository"]["url"]
+PAGES = ["index.html"] + [f"chapters/{p.stem}.html" for p in sorted((ROOT / "chapters").glob("*.ipynb"))]
+
+pytestmark = pytest.mark.browser
+if CHROMIUM is None:
+    if os.environ.get("CI"):
+        raise RuntimeError("CI needs Debian's chromium for the browser check (.ci/run installs it)")
+    pytest.skip("Chromium is not installed: browser check skipped (apt-get install chromium to run it)",
+                allow_module_level=True)
+
+
+@pytest.fixture(scope="module")
+def server():
+    assert (HTML / "index.html").exists(), "build the book first: make book"
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+    handler = functools.partial(Quiet, directory=str(HTML))
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    httpd.shutdown()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from playwright.sync_api import sync_playwright
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=[
+            "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+            "--disable-component-update", "--disable-sync"])
+        yield b
+        b.close()
+
+
+@pytest.mark.parametrize("page_path", PAGES)
+def test_page_renders_with_its_figures_and_no_external_scripts(server, browser, page_path):
+    assert (HTML / page_path).exists(), f"{page_path} was not built"
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    failed = []
+    page.on("requestfailed", lambda r: failed.append(r.url) if r.url.startswith(server) else None)
+    page.goto(f"{server}/{page_path}", wait_until="load")
+    page.wait_for_timeout(300)
+    external = page.eval_on_selector_all(
+        "script[src]", "els => els.map(e => e.src).filter(s => !s.startsWith(location.origin))")
+    # The one allowed exception: Sphinx loads MathJax from its CDN (offline, formulas stay as TeX source).
+    assert all("mathjax" in s for s in external), f"{page_path} loads scripts from elsewhere: {external}"
+    images = page.eval_on_selector_all("main img", "els => els.map(e => [e.currentSrc.slice(0, 60), e.complete "
+                                                   "&& e.naturalWidth > 0])")
+    assert all(ok for _, ok in images), f"{page_path}: images that did not load: {[s for s, ok in images if not ok]}"
+    assert not failed, f"{page_path}: requests that failed: {failed}"
+    if page_path.startswith("chapters/"):
+        assert len(images) >= 3, f"{page_path} shows only {len(images)} figures"
+        colab = page.eval_on_selector_all("a[href*='colab.research.google.com']", "els => els.map(e => e.href)")
+        owner_repo = URL.split("github.com/")[1]
+        assert colab and all(owner_repo in h for h in colab), f"Colab links point elsewhere: {colab}"
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SHOTS / (page_path.replace("/", "_") + ".png")), full_page=False)
+    page.close()
+
+
+@pytest.mark.parametrize("page_path", [p for p in PAGES if p.startswith("chapters/")])
+def test_static_slider_changes_the_figure(server, browser, page_path):
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    page.goto(f"{server}/{page_path}", wait_until="load")
+    sliders = page.locator(".book-slider")
+    assert sliders.count() >= 1, f"{page_path} has no static slider"
+    for i in range(sliders.count()):
+        s = sliders.nth(i)
+        img, text = s.locator("img"), s.locator("pre")
+        before = (img.get_attribute("src"), text.text_content())
+        assert before[0].startswith("data:image/png;base64,") and len(before[0]) > 1000
+        rng = s.locator("input[type=range]").first
+        new = 0 if rng.get_attribute("value") != "0" else int(rng.get_attribute("max"))
+        rng.evaluate("(el, v) => { el.value = v; el.dispatchEvent(new Event('input', {bubbles: true})); }", new)
+        after = (img.get_attribute("src"), text.text_content())
+        assert after[0] != before[0], f"{page_path}: slider {i} did not change the figure"
+        assert after[1] != before[1], f"{page_path}: slider {i} did not change the printed result"
+        s.scroll_into_view_if_needed()
+        s.screenshot(path=str(SHOTS / f"{page_path.replace('/', '_')}.slider{i}.png"))
+    page.close()

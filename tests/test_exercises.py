@@ -1,0 +1,26 @@
+from book.exercises import check_choice, check_number
+
+
+def test_check_number(capsys):
+    assert check_number(10.2, 10.0, rel_tol=0.05, unit="ms")
+    assert "✓" in capsys.readouterr().out
+    assert not check_number(20, 10.0)
+    assert "✗" in capsys.readouterr().out
+    assert not check_number(10_000, 10.0)
+    assert "units" in capsys.readouterr().out      # a factor of 1000 hints at units
+    assert not check_number(None, 10.0, unit="ms")
+    assert "Replace None" in capsys.readouterr().out
+    assert not check_number("ten", 10.0)
+    assert "should be a number" in capsys.readouterr().out
+    assert not check_number(float("nan"), 10.0)
+
+
+def test_check_choice(capsys):
+    options = {"a": "first", "b": "second"}
+    assert check_choice("B", "b", options)
+    assert not check_choice("a", "b", options)
+    out = capsys.readouterr().out
+    assert "second" in out and "first" in out
+    assert not check_choice("z", "b", options)
+    assert "not an option" in capsys.readouterr().out
+    assert not check_choice(None, "b", options)

@@ -1,0 +1,76 @@
+import pytest
+import torch
+
+from book import hardware as hw
+
+
+def test_catalog_has_the_gpus_the_book_uses():
+    for name in ["A100 40GB", "A100 80GB", "H100 SXM", "H200", "L4", "T4", "A10G", "RTX 4090"]:
+        spec = hw.gpu(name)
+        assert spec.bandwidth_gbs > 0 and spec.memory_gb > 0 and spec.source
+        assert all(v > 0 for v in spec.tflops.values())
+    assert "bf16" not in hw.gpu("T4").tflops     # Turing has no bf16 tensor cores
+
+
+def test_lookup_by_torch_names_and_aliases():
+    assert hw.datasheet_for("NVIDIA H200").name == "H200"
+    assert hw.datasheet_for("NVIDIA A100-SXM4-80GB").name == "A100 80GB"
+    assert hw.datasheet_for("NVIDIA A100-SXM4-40GB").name == "A100 40GB"
+    assert hw.datasheet_for("NVIDIA GeForce RTX 4090").name == "RTX 4090"
+    assert hw.datasheet_for("Tesla T4").name == "T4"
+    assert hw.datasheet_for("NVIDIA H100 80GB HBM3").name == "H100 SXM"
+    assert hw.datasheet_for("Some Laptop GPU") is None
+    assert hw.gpu("h200") is hw.gpu("H200")
+
+
+def test_unknown_gpu_lists_known_ones():
+    with pytest.raises(KeyError, match="known GPUs: A100 40GB, A100 80GB, H100 SXM, H200"):
+        hw.gpu("B200")
+    with pytest.raises(ValueError, match="non-empty"):
+        hw.gpu("")
+
+
+def test_ridge_points_from_datasheets():
+    assert hw.gpu("A100 80GB").ridge_point("bf16") == pytest.approx(312e12 / 2039e9)
+    assert hw.gpu("H200").ridge_point("bf16") == pytest.approx(989.4e12 / 4800e9)   # about 206 FLOP/byte
+    with pytest.raises(ValueError, match="no bf16"):
+        hw.gpu("T4").peak_flops("bf16")
+
+
+def test_random_tensor_is_random_and_shaped():
+    x = hw.random_tensor(3000, 1000)
+    assert x.shape == (3000, 1000) and x.dtype == torch.float32
+    assert x.std().item() == pytest.approx(1.0, rel=0.05) and (x != 0).float().mean() > 0.99
+    assert hw.random_tensor(10, dtype=torch.bfloat16).dtype == torch.bfloat16
+    with pytest.raises(ValueError, match="positive"):
+        hw.random_tensor(0, 5)
+
+
+def test_bandwidth_and_matmul_measurements_are_sane():
+    bw, t = hw.measure_read_bandwidth(4 * 2**20, "cpu", repeats=3)
+    assert 1e8 < bw < 1e13 and t.median > 0
+    bw, _ = hw.measure_copy_bandwidth(4 * 2**20, "cpu", repeats=3)
+    assert 1e8 < bw < 1e13
+    rate, n, _ = hw.measure_matmul("fp32", "cpu", n=128, repeats=2)
+    assert n == 128 and 1e6 < rate < 1e15
+    with pytest.raises(ValueError, match="positive"):
+        hw.measure_read_bandwidth(-5, "cpu")
+    with pytest.raises(ValueError, match="unknown matmul precision"):
+        hw.measure_matmul("fp64", "cpu")
+
+
+def test_bandwidth_test_size_is_beyond_the_cache():
+    size = hw.bandwidth_test_bytes("cpu")
+    llc = hw.last_level_cache_bytes("cpu")
+    assert size >= 256 * 2**20 and (llc is None or size >= min(4 * llc, hw.memory_bytes("cpu") // 8))
+    sizes = hw.sweep_sizes("cpu")
+    assert sizes[0] == 16 * 2**10 and sizes[-1] <= size and all(b > a for a, b in zip(sizes, sizes[1:]))
+
+
+def test_measured_ceilings_are_cached_and_tabled(monkeypatch):
+    monkeypatch.setattr(hw, "bandwidth_test_bytes", lambda dev=None: 8 * 2**20)
+    c1 = hw.measured_ceilings("cpu", dtypes=["fp32"], refresh=True)
+    assert hw.measured_ceilings("cpu", dtypes=["fp32"]) is c1
+    assert c1.peak_bw == max(c1.read_bw, c1.copy_bw) and c1.ridge_point("fp32") > 0
+    table = c1.table()
+    assert "memory read bandwidth" in table and "matmul fp32" in table and "none in the catalog" in table

@@ -1,0 +1,49 @@
+import pytest
+
+from book.timing import Timing, format_seconds, time_fn
+
+
+def test_timing_statistics():
+    t = Timing(times=(1.0, 2.0, 3.0, 4.0, 100.0))
+    assert t.median == 3.0
+    assert t.mean == pytest.approx(22.0)
+    assert t.min == 1.0 and t.max == 100.0
+    assert t.iqr == pytest.approx(2.0)          # quartiles 2 and 4
+    assert t.spread == pytest.approx(2.0 / 3.0)
+    assert "3 s median" in str(t)
+
+
+def test_timing_needs_a_repeat():
+    with pytest.raises(ValueError, match="at least one"):
+        Timing(times=())
+
+
+def test_time_fn_counts_warmup_and_repeats():
+    calls = []
+    t = time_fn(lambda: calls.append(1), device="cpu", warmup=2, repeats=5, number=3)
+    assert len(calls) == 2 + 5 * 3
+    assert len(t.times) == 5 and t.number == 3 and all(x >= 0 for x in t.times)
+
+
+def test_time_fn_calibrates_short_work():
+    t = time_fn(lambda: None, device="cpu", warmup=1, repeats=3, number=None, min_repeat_s=1e-3)
+    assert t.number > 100            # a no-op is far shorter than a millisecond
+    assert t.median < 1e-4
+
+
+def test_time_fn_measures_real_time():
+    import time
+    t = time_fn(lambda: time.sleep(0.01), device="cpu", warmup=0, repeats=3)
+    assert 0.009 < t.median < 0.1
+
+
+@pytest.mark.parametrize("kwargs", [dict(repeats=0), dict(warmup=-1), dict(number=0)])
+def test_time_fn_rejects_bad_arguments(kwargs):
+    with pytest.raises(ValueError):
+        time_fn(lambda: None, device="cpu", **kwargs)
+
+
+def test_format_seconds():
+    assert format_seconds(2.5e-6) == "2.5 µs"
+    assert format_seconds(0.0123) == "12.3 ms"
+    assert format_seconds(3.0) == "3 s"
