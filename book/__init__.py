@@ -1,6 +1,7 @@
 """Helpers for the book *Why LLM decoding is slow, measured*. Each function's docstring names the chapter that teaches it.
 
-Modules, bottom-up: device -> timing -> hardware -> models -> build, plots, exercises -> widgets -> reference.
+Modules, bottom-up: device -> timing -> hardware -> models -> llama -> bench; build, plots, exercises -> widgets;
+reference (resolves each chapter's suite lazily).
 """
 from __future__ import annotations
 

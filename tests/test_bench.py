@@ -1,0 +1,48 @@
+"""Smoke tests of `python -m book.bench decode` on a tiny model: it runs, prints its lines and a SUMMARY last line.
+
+No timed assertions: the figures are reported by the full benchmark, not checked here."""
+import subprocess
+import sys
+
+import pytest
+
+from book.bench import bench_decode, main
+
+TINY = ["--layers", "2", "--hidden", "64", "--heads", "4", "--kv-heads", "2", "--intermediate", "128",
+        "--vocab", "256", "--prompt", "8", "--steps", "4", "--bw-bytes", str(16 * 2**20), "--device", "cpu"]
+
+
+def test_decode_prints_every_figure_and_a_summary_last(capsys):
+    assert main(["decode", *TINY]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    text = "\n".join(lines)
+    for needle in ("bytes read per step", "peak bandwidth", "read bandwidth sampled", "book decode step",
+                   "HF   generate step", "MBU", "book/HF tokens/s", "greedy tokens equal for the first 4 of 4"):
+        assert needle in text, needle
+    last = lines[-1]
+    assert last.startswith("SUMMARY device=cpu dtype=bf16")
+    for field in ("MBU(book)=", "MBU(HF)=", "MBU_vs_copy(book)=", "book/HF tokens/s=", "bytes/step="):
+        assert field in last
+
+
+def test_decode_result_and_no_hf(capsys):
+    r = bench_decode("Llama-2-7B", layers=1, dtype="fp32", prompt=4, steps=3, device="cpu", hf=False,
+                     bw_bytes=8 * 2**20, hidden=32, n_heads=2, n_kv_heads=1, intermediate=64, vocab=128)
+    assert r.hf is None and r.speedup is None and r.mbu_book > 0
+    assert len(r.book.times) == 3 and r.bytes_per_step == pytest.approx(r.weight_bytes + r.kv_bytes)
+    assert capsys.readouterr().out.strip().splitlines()[-1].endswith("book/HF tokens/s=n/a")
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError, match="unknown dtype"):
+        bench_decode(dtype="int3", device="cpu")
+    with pytest.raises(ValueError, match="steps >= 2"):
+        bench_decode(steps=1, device="cpu", hidden=32, n_heads=2)
+    with pytest.raises(SystemExit):
+        main(["decode", "--dtype", "int3"])
+
+
+def test_module_entry_point_help():
+    done = subprocess.run([sys.executable, "-m", "book.bench", "decode", "--help"], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0 and "--compile" in done.stdout and "--layers" in done.stdout
