@@ -28,6 +28,7 @@ REFERENCE_DIR = Path(__file__).with_name("references")
 #: Each chapter's measurement suite: "module:function", called as function(device) -> {"values", "series"}.
 SUITES: dict[str, str] = {
     "00_how_to_use_this_book": "book.hardware:reference_suite",
+    "03_memory_breakdown": "book.memory:reference_suite",
 }
 
 __all__ = ["FORMAT", "SUITES", "Reference", "read", "write", "load_references", "latest", "record", "main"]
@@ -126,8 +127,8 @@ def describe(suite: str, *, kind: str = "cuda", directory: str | Path | None = N
     """One plain sentence on whether a reference exists for this chapter (chapter 00)."""
     ref = latest(suite, kind=kind, directory=directory)
     if ref is None:
-        return ("No reference-GPU results have been recorded for this chapter yet: every number on this page "
-                "comes from the device that ran it.")
+        return ("No reference-GPU results have been recorded for this chapter yet:\n"
+                "every number on this page comes from the device that ran it.")
     return f"Reference results beside yours: {ref.label()}."
 
 

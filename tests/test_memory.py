@@ -1,0 +1,154 @@
+"""The memory estimator against hand calculations, clear errors on bad input, the allocation measurement on the CPU,
+and the allocator simulation (chapter 03)."""
+import math
+
+import pytest
+import torch
+
+from book import memory as mem
+from book.models import architecture
+
+GB = 1e9
+
+
+def test_weights_by_hand_in_every_dtype():
+    n = 6_738_415_616                                     # Llama-2-7B, published parameter count
+    assert mem.weight_bytes("Llama-2-7B", "fp16") == 2 * n
+    assert mem.weight_bytes("Llama-2-7B", "fp32") == 4 * n
+    assert mem.weight_bytes("Llama-2-7B", "int8") == n
+    assert mem.weight_bytes("Llama-2-7B", "int4") == n / 2
+    assert mem.weight_bytes("Llama-2-70B", "bf16") == 2 * 68_976_648_192      # 137.95 GB, not "140"
+
+
+@pytest.mark.parametrize("name,layers,kv_heads,head_dim", [
+    ("Llama-2-7B", 32, 32, 128), ("Llama-2-13B", 40, 40, 128), ("Llama-2-70B", 80, 8, 128),
+    ("Llama-3-8B", 32, 8, 128), ("Llama-3-70B", 80, 8, 128), ("Mistral-7B", 32, 8, 128), ("GPT-2", 12, 12, 64)])
+def test_kv_cache_by_hand(name, layers, kv_heads, head_dim):
+    ctx = min(1024, architecture(name).max_context)
+    for batch, dt, b in [(1, "bf16", 2), (3, "fp32", 4), (5, "int8", 1), (2, "int4", 0.5)]:
+        assert mem.kv_cache_bytes(name, ctx, batch, dt) == 2 * layers * kv_heads * head_dim * ctx * batch * b
+
+
+def test_worked_examples():
+    # Llama-2-70B (GQA, 8 KV heads): one 4096-token sequence in fp16 is 1.34 GB; with MHA (64 heads) it would be 8x.
+    assert mem.kv_cache_bytes("Llama-2-70B", 4096, 1, "fp16") == 2 * 80 * 8 * 128 * 4096 * 2 == 1_342_177_280
+    assert mem.kv_cache_bytes("Llama-2-7B", 4096) == 2 * 32 * 32 * 128 * 4096 * 2    # 2.15 GB (MHA)
+    assert mem.kv_cache_bytes("Llama-3-8B", 8192) == 2 * 32 * 8 * 128 * 8192 * 2     # 1.07 GB (GQA)
+    assert mem.kv_cache_bytes("Llama-3-70B", 8192) == 2_684_354_560                  # the chapter's exercise
+    # Two A100-80GB, fp16, 3 GB overhead (activations included in it): floor((160 - 137.95 - 3) / 1.342) = 14.
+    assert mem.max_batch("Llama-2-70B", "A100 80GB", n_gpus=2, context=4096, weight_dtype="fp16",
+                         overhead=3 * GB, activations=0) == math.floor((160e9 - 2 * 68_976_648_192 - 3e9)
+                                                                       / 1_342_177_280) == 14
+    # Llama-3-8B on one A100 80GB at 8192 tokens, 2 GB overhead, no activations: floor((80 - 16.06 - 2) / 1.074)
+    assert mem.max_batch("Llama-3-8B", "A100 80GB", context=8192, overhead=2 * GB, activations=0) == 57
+
+
+def test_breakdown_adds_up_and_reports_fit():
+    b = mem.breakdown("Llama-2-70B", "A100 80GB", n_gpus=2, context=4096, batch=8, weight_dtype="fp16",
+                      overhead=3 * GB)
+    assert b.kv_cache == 8 * 1_342_177_280 and b.capacity == 160e9
+    assert b.total == pytest.approx(b.weights + b.kv_cache + b.activations + b.overhead)
+    assert b.fits and "fits" in b.table()
+    assert b.activations == pytest.approx(mem.activation_bytes("Llama-2-70B", 2048, "fp16"))
+    # int4 weights default to a bf16 KV cache
+    q = mem.breakdown("Llama-2-70B", "A100 80GB", weight_dtype="int4", context=4096)
+    assert q.kv_dtype == "bf16" and q.weights == 68_976_648_192 / 2
+    over = mem.breakdown("Llama-2-70B", "A100 80GB", weight_dtype="fp16")
+    assert not over.fits and "does NOT fit" in over.table()
+
+
+def test_activation_estimate_by_hand():
+    a = architecture("Llama-2-7B")
+    assert mem.activation_bytes(a, 10) == 10 * (4096 + 4 * 11008) * 2 + 32000 * 4
+    assert mem.activation_bytes(a, 10, scores=True, attended=100) == \
+        10 * (4096 + 4 * 11008) * 2 + 32 * 10 * 100 * 2 + 32000 * 4
+
+
+def test_bad_input_gets_clear_errors():
+    with pytest.raises(ValueError, match="context must be positive"):
+        mem.kv_cache_bytes("Llama-2-7B", 0)
+    with pytest.raises(ValueError, match="batch must be positive"):
+        mem.kv_cache_bytes("Llama-2-7B", 128, -1)
+    with pytest.raises(ValueError, match="beyond Llama-2-7B's maximum of 4,096"):
+        mem.kv_cache_bytes("Llama-2-7B", 8192)
+    with pytest.raises(TypeError, match="whole number"):
+        mem.kv_cache_bytes("Llama-2-7B", 12.5)
+    with pytest.raises(ValueError, match="n_gpus must be positive"):
+        mem.max_batch("Llama-2-7B", "A100 80GB", n_gpus=0)
+    with pytest.raises(ValueError, match="overhead"):
+        mem.breakdown("Llama-2-7B", "A100 80GB", overhead=-1)
+    with pytest.raises(KeyError, match="unknown GPU"):
+        mem.max_batch("Llama-2-7B", "B9000")
+    with pytest.raises(mem.DoesNotFitError, match=r"does not fit on 1 x A100 80GB .* 60\.\d GB too much"):
+        mem.max_batch("Llama-2-70B", "A100 80GB", weight_dtype="fp16", context=4096)
+    assert mem.max_batch("Llama-2-70B", "A100 80GB", weight_dtype="fp16", context=4096, strict=False) == 0
+
+
+def test_crossover_context():
+    # Llama-2-7B bf16, batch 1: weights 13.48 GB / 0.5 MiB per token = 25,703 tokens (beyond its 4096 maximum)
+    assert mem.crossover_context("Llama-2-7B", 1) == pytest.approx(2 * 6_738_415_616 / 524_288)
+    assert mem.crossover_context("Llama-2-7B", 8) == pytest.approx(mem.crossover_context("Llama-2-7B", 1) / 8)
+
+
+def test_measure_allocation_on_cpu_sees_a_written_tensor():
+    n = 64 * 2**20
+    a = mem.measure_allocation(lambda: torch.ones(n // 4), "cpu")
+    assert a.result.numel() == n // 4
+    assert 0.9 * n <= a.retained <= 1.3 * n and a.peak >= a.retained
+    b = mem.measure_allocation(lambda: float(torch.ones(n // 4).sum()), "cpu")   # freed before it returns
+    assert b.retained < 0.5 * n and b.peak >= 0.9 * n
+    with pytest.raises(TypeError):
+        mem.measure_allocation(42, "cpu")
+
+
+KV_PROBE = """
+import torch, book.memory as mem
+from book.models import architecture
+from book.llama import KVCache
+arch = architecture("Llama-2-7B").with_layers(1)
+a = mem.measure_allocation(lambda: KVCache(1, 2, arch.n_kv_heads, 512, arch.head_dim,
+                                           dtype=torch.bfloat16, device="cpu"), "cpu")
+print(a.result.nbytes, a.retained, mem.kv_cache_bytes(arch, 512, 2))
+"""
+
+
+def test_kv_cache_measured_matches_estimate_on_cpu():
+    """In a fresh interpreter, as in a chapter's kernel: a long-lived test process reuses heap pages glibc already
+    holds resident, so its resident memory need not grow at all."""
+    import subprocess
+    import sys
+    out = subprocess.run([sys.executable, "-c", KV_PROBE], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    nbytes, retained, est = (float(v) for v in out.stdout.split())
+    assert nbytes == est
+    assert retained == pytest.approx(est, rel=0.15)
+
+
+def test_requests_are_deterministic_and_capped():
+    p1, o1 = mem.sample_requests(500, max_len=1024, seed=3)
+    p2, o2 = mem.sample_requests(500, max_len=1024, seed=3)
+    assert (p1, o1) == (p2, o2)
+    assert all(p >= 1 and o >= 1 and p + o <= 1024 for p, o in zip(p1, o1))
+    with pytest.raises(ValueError):
+        mem.sample_requests(0)
+
+
+def test_paged_allocator_holds_mostly_real_tokens():
+    p, o = mem.sample_requests(600, max_len=2048, seed=0)
+    r = mem.simulate_allocators(16 * 2048, p, o, max_len=2048, block=16)
+    for kind in ("contiguous", "paged"):
+        assert r[kind]["finished"] == 600
+        for i in range(len(r[kind]["real"])):
+            assert r[kind]["real"][i] + r[kind]["reserved"][i] + r[kind]["free"][i] == pytest.approx(1.0)
+    assert r["contiguous"]["real_share"] < 0.4 < 0.9 < r["paged"]["real_share"]
+    assert r["paged"]["mean_batch"] > 2 * r["contiguous"]["mean_batch"]
+    assert r["paged"]["steps"] < r["contiguous"]["steps"]
+    with pytest.raises(ValueError, match="cannot hold one request"):
+        mem.simulate_allocators(100, p, o, max_len=2048)
+
+
+def test_every_public_function_names_its_chapter():
+    for name in mem.__all__:
+        obj = getattr(mem, name)
+        if callable(obj):
+            assert obj.__doc__ and "(chapter 03)" in obj.__doc__.strip().splitlines()[0] + obj.__doc__, name
