@@ -12,7 +12,7 @@ from typing import Callable
 import torch
 
 from .device import as_device, device_name, last_level_cache_bytes, synchronize
-from .hardware import (_random_tensor, bandwidth_test_bytes, measure_copy_bandwidth, measure_read_bandwidth,
+from .hardware import (GB, _random_tensor, bandwidth_test_bytes, measure_copy_bandwidth, measure_read_bandwidth,
                        measured_ceilings)
 from .llama import Llama
 from .models import Architecture, architecture, build_random
@@ -20,7 +20,6 @@ from .timing import Timing, format_seconds, time_fn
 
 __all__ = ["DecodeResult", "bench_decode", "main"]
 
-GB = 1e9
 DTYPE_NAMES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 

@@ -16,7 +16,7 @@ from typing import Any, Callable
 import torch
 
 from .device import as_device, synchronize
-from .hardware import GPUSpec, gpu
+from .hardware import GB, GPUSpec, gpu
 from .models import Architecture, architecture, dtype_bytes
 
 __all__ = ["GB", "DEFAULT_OVERHEAD_PER_GPU", "PREFILL_CHUNK", "DoesNotFitError", "MemoryBreakdown",
@@ -24,7 +24,6 @@ __all__ = ["GB", "DEFAULT_OVERHEAD_PER_GPU", "PREFILL_CHUNK", "DoesNotFitError",
            "crossover_context", "Allocation", "measure_allocation", "process_rss", "sample_requests",
            "simulate_allocators", "random_model", "reference_suite"]
 
-GB = 1e9
 #: Framework overhead per GPU when none is given: CUDA context (0.3-0.8 GB), cuBLAS/NCCL workspaces, and blocks
 #: the caching allocator holds but no tensor uses. Measure your own; 1-3 GB is typical.
 DEFAULT_OVERHEAD_PER_GPU = 2 * GB
