@@ -10,7 +10,7 @@ import torch
 from .device import as_device
 
 __all__ = ["Architecture", "ARCHITECTURES", "architecture", "architecture_names", "dtype_bytes", "hf_config",
-           "build_random", "load", "load_tokenizer", "OfflineError"]
+           "build_random", "load", "load_tokenizer", "OfflineError", "SHIPPED", "shipped_path"]
 
 _DTYPE_BYTES = {"fp32": 4.0, "tf32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5}
 _TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -178,8 +178,26 @@ class OfflineError(RuntimeError):
     """Raised when weights would have to be downloaded but the book is offline (chapter 00)."""
 
 
+# The book's own code models, trained by `python -m book.train` and shipped inside the package (appendix A).
+SHIPPED = ("coder", "coder-draft")
+WEIGHTS = Path(__file__).resolve().parent / "weights"
+
+
+def shipped_path(name: str) -> Path:
+    """The folder of one of the book's own models ("coder", "coder-draft"), which works offline (appendix A)."""
+    if name not in SHIPPED:
+        raise KeyError(f"{name!r} is not one of the book's own models; they are {', '.join(SHIPPED)}")
+    path = WEIGHTS / name
+    if not (path / "model.safetensors").exists():
+        raise FileNotFoundError(f"{path} holds no model.safetensors: the book's models were not shipped with this "
+                                f"install; retrain them with `python -m book.train all`")
+    return path
+
+
 def _resolve(name_or_path: str | os.PathLike) -> tuple[str, bool]:
     """(where to load from, whether it is a local folder)."""
+    if str(name_or_path) in SHIPPED:
+        return str(shipped_path(str(name_or_path))), True
     path = Path(name_or_path).expanduser()
     if path.is_dir():
         if not (path / "config.json").exists():
@@ -188,10 +206,10 @@ def _resolve(name_or_path: str | os.PathLike) -> tuple[str, bool]:
     name = str(name_or_path)
     try:
         return architecture(name).hub_id, False
-    except KeyError:
+    except KeyError as err:
         if "/" in name and not path.exists() and not name.startswith((".", "/", "~")):
             return name, False  # any hub id, e.g. "TinyLlama/TinyLlama-1.1B-Chat-v1.0"
-        raise
+        raise KeyError(f"{err.args[0]}; the book's own models: {', '.join(SHIPPED)}") from None
 
 
 def _offline() -> bool:
@@ -218,7 +236,7 @@ def _load(loader, name_or_path: str | os.PathLike, **kwargs):
 
 def load(name_or_path: str | os.PathLike, *, dtype: str | torch.dtype | None = None,
          device: torch.device | str | None = None):
-    """Load real weights from a local folder, or by catalog name / hub id when online (chapter 00)."""
+    """Load real weights: the book's own "coder"/"coder-draft", a local folder, or a catalog name / hub id online."""
     from transformers import AutoModelForCausalLM
     kwargs = {} if dtype is None else {"dtype": _torch_dtype(dtype)}
     model = _load(AutoModelForCausalLM.from_pretrained, name_or_path, **kwargs)

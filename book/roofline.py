@@ -1,0 +1,206 @@
+"""The roofline: arithmetic intensity, attainable rate, where a decode step sits, MBU and MFU (chapter 02)."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from .hardware import GPUSpec, gpu
+from .models import Architecture, architecture, dtype_bytes
+
+__all__ = ["Roof", "Work", "dot", "matvec", "matmul", "linear", "decode_step", "prefill", "critical_batch",
+           "mbu", "mfu", "plot_roofline"]
+
+
+def _positive(name: str, value: float) -> None:
+    if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
+        raise ValueError(f"{name} must be a positive number, got {value!r}")
+
+
+def _count(name: str, value: int, minimum: int = 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class Roof:
+    """Two ceilings of one device at one precision: memory bandwidth (bytes/s) and peak rate (FLOP/s) (chapter 02)."""
+    name: str
+    bandwidth: float
+    peak: float
+
+    def __post_init__(self) -> None:
+        _positive("bandwidth", self.bandwidth)
+        _positive("peak", self.peak)
+
+    @classmethod
+    def datasheet(cls, name: str | GPUSpec, dtype: str = "bf16") -> "Roof":
+        """A catalog GPU's datasheet roof (dense peak of `dtype`)."""
+        spec = name if isinstance(name, GPUSpec) else gpu(name)
+        return cls(f"{spec.name} {dtype} (datasheet)", spec.bandwidth_gbs * 1e9, spec.peak_flops(dtype))
+
+    @classmethod
+    def measured(cls, ceilings, dtype: str = "fp32", bandwidth: str = "copy") -> "Roof":
+        """The roof of this device from `book.hardware.measured_ceilings()` (copy or read bandwidth)."""
+        if dtype not in ceilings.matmul:
+            raise ValueError(f"no measured matmul rate for {dtype}; measured: {sorted(ceilings.matmul)}")
+        bw = {"copy": ceilings.copy_bw, "read": ceilings.read_bw}.get(bandwidth)
+        if bw is None:
+            raise ValueError(f"bandwidth must be 'copy' or 'read', got {bandwidth!r}")
+        return cls(f"{ceilings.device} {dtype} (measured)", bw, ceilings.matmul[dtype])
+
+    @property
+    def ridge(self) -> float:
+        """FLOPs per byte where the roof bends: below it memory limits, above it arithmetic does."""
+        return self.peak / self.bandwidth
+
+    def attainable(self, intensity: float) -> float:
+        """The best FLOP/s an operation of this intensity can reach: min(peak, intensity x bandwidth)."""
+        if intensity < 0:
+            raise ValueError(f"intensity must be >= 0 FLOPs/byte, got {intensity}")
+        return min(self.peak, intensity * self.bandwidth)
+
+    def time(self, work: "Work") -> float:
+        """Predicted seconds: the slower of moving the bytes and doing the FLOPs, max(bytes/bw, FLOPs/peak)."""
+        return max(work.bytes / self.bandwidth, work.flops / self.peak)
+
+    def bound(self, work: "Work") -> str:
+        """'memory' or 'compute': which ceiling sets the predicted time."""
+        return "memory" if work.intensity < self.ridge else "compute"
+
+
+@dataclass(frozen=True)
+class Work:
+    """FLOPs done and bytes moved to or from memory by an operation (chapter 02)."""
+    flops: float
+    bytes: float
+    parts: tuple[tuple[str, float], ...] = ()     # named shares of `bytes`, for a breakdown
+
+    @property
+    def intensity(self) -> float:
+        """Arithmetic intensity: FLOPs per byte moved."""
+        return self.flops / self.bytes
+
+
+def dot(n: int, dtype: str = "fp32") -> Work:
+    """x . y of two n-vectors: 2n FLOPs, reads 2n numbers (intensity 1 / bytes per number)."""
+    b = dtype_bytes(dtype)
+    return Work(2 * _count("n", n), (2 * n + 1) * b)
+
+
+def matvec(m: int, n: int, dtype: str = "fp32") -> Work:
+    """A [m, n] matrix times an n-vector: 2mn FLOPs; the matrix dominates the bytes (intensity ~ 2 / bytes)."""
+    b = dtype_bytes(dtype)
+    return Work(2 * _count("m", m) * _count("n", n), (m * n + n + m) * b)
+
+
+def matmul(m: int, n: int, k: int, dtype: str = "fp32") -> Work:
+    """[m, k] @ [k, n]: 2mnk FLOPs; reads both inputs and writes the output once."""
+    b = dtype_bytes(dtype)
+    m, n, k = _count("m", m), _count("n", n), _count("k", k)
+    return Work(2 * m * n * k, (m * k + k * n + m * n) * b)
+
+
+def linear(batch: int, d_in: int, d_out: int, weight_dtype: str = "bf16", act_dtype: str | None = None) -> Work:
+    """B tokens through a [d_out, d_in] weight: intensity grows with B until the activations dominate."""
+    wb, ab = dtype_bytes(weight_dtype), dtype_bytes(act_dtype or weight_dtype)
+    batch, d_in, d_out = _count("batch", batch), _count("d_in", d_in), _count("d_out", d_out)
+    weights, acts = d_in * d_out * wb, batch * (d_in + d_out) * ab
+    return Work(2 * batch * d_in * d_out, weights + acts, (("weights", weights), ("activations", acts)))
+
+
+def _matmul_params(a: Architecture) -> int:
+    """Weights a token multiplies: every block matrix and the LM head (not the embedding lookup)."""
+    h, q, kv = a.hidden, a.n_heads * a.head_dim, a.n_kv_heads * a.head_dim
+    return a.n_layers * (h * q + 2 * h * kv + q * h + 3 * h * a.intermediate) + a.vocab * h
+
+
+def _weights_read(a: Architecture) -> int:
+    """Parameters one forward pass reads: all but the embedding table (only a few rows of it are touched)."""
+    return a.n_params() - (0 if a.tied_embeddings else a.vocab * a.hidden)
+
+
+def decode_step(model: str | Architecture, batch: int = 1, context: int = 0, weight_dtype: str = "bf16",
+                kv_dtype: str | None = None) -> Work:
+    """One decode step of B sequences that each have `context` cached tokens (chapter 02).
+
+    FLOPs: 2 per matmul weight per sequence, plus attention (Q.K and weights.V: 4 x heads x head dim per cached
+    token per layer). Bytes: the weights once, plus every sequence's K and V, plus the token activations.
+    """
+    a = architecture(model)
+    batch, context = _count("batch", batch), _count("context", context, 0)
+    if context >= a.max_context:
+        raise ValueError(f"{a.name} allows {a.max_context} tokens; a context of {context} leaves no room to decode")
+    kv_dtype = kv_dtype or weight_dtype
+    attn = 4 * a.n_layers * a.n_heads * a.head_dim * (context + 1)
+    flops = batch * (2 * _matmul_params(a) + attn)
+    weights = _weights_read(a) * dtype_bytes(weight_dtype)
+    kv = batch * (context + 1) * a.kv_bytes_per_token(kv_dtype)
+    acts = batch * (a.hidden * 2 + a.vocab) * dtype_bytes("bf16")    # the token in, its logits out (small)
+    return Work(flops, weights + kv + acts, (("weights", weights), ("KV cache", kv), ("activations", acts)))
+
+
+def prefill(model: str | Architecture, tokens: int, batch: int = 1, weight_dtype: str = "bf16") -> Work:
+    """One forward pass over `tokens` prompt tokens per sequence: the weights are read once for all of them."""
+    a = architecture(model)
+    tokens, batch = _count("tokens", tokens), _count("batch", batch)
+    if tokens > a.max_context:
+        raise ValueError(f"{a.name} allows {a.max_context} tokens, got a prompt of {tokens}")
+    causal_pairs = tokens * (tokens + 1) / 2
+    flops = batch * (2 * _matmul_params(a) * tokens + 4 * a.n_layers * a.n_heads * a.head_dim * causal_pairs)
+    weights = _weights_read(a) * dtype_bytes(weight_dtype)
+    kv = batch * tokens * a.kv_bytes_per_token(weight_dtype)        # written once
+    acts = batch * tokens * (a.hidden * 2 + a.vocab) * dtype_bytes("bf16")
+    return Work(flops, weights + kv + acts, (("weights", weights), ("KV cache", kv), ("activations", acts)))
+
+
+def critical_batch(model: str | Architecture, roof: Roof, context: int = 0, weight_dtype: str = "bf16",
+                   kv_dtype: str | None = None) -> int | None:
+    """The smallest batch whose decode step is compute-bound on `roof`; None if no batch ever is (chapter 02).
+
+    With B sequences, FLOPs = B f and bytes = W + B k (f: FLOPs per sequence, W: weights, k: KV and activations
+    per sequence). Compute-bound when B f / peak >= (W + B k) / bandwidth, i.e. B >= W / (f / ridge - k).
+    """
+    one, two = decode_step(model, 1, context, weight_dtype, kv_dtype), decode_step(model, 2, context, weight_dtype,
+                                                                                 kv_dtype)
+    f = two.flops - one.flops
+    k = two.bytes - one.bytes
+    w = one.bytes - k
+    per_seq = f / roof.ridge - k
+    if per_seq <= 0:
+        return None
+    return max(1, math.ceil(w / per_seq - 1e-9))
+
+
+def mbu(bytes_moved: float, seconds: float, bandwidth: float) -> float:
+    """Model bandwidth utilisation: achieved bytes/s over the bandwidth ceiling (chapter 02)."""
+    _positive("seconds", seconds)
+    _positive("bandwidth", bandwidth)
+    return bytes_moved / seconds / bandwidth
+
+
+def mfu(flops: float, seconds: float, peak: float) -> float:
+    """Model FLOPs utilisation: achieved FLOP/s over the peak rate (chapter 02)."""
+    _positive("seconds", seconds)
+    _positive("peak", peak)
+    return flops / seconds / peak
+
+
+def plot_roofline(ax, roofs: list[Roof], points: list[tuple[str, float, float]] = (), *,
+                  x_range: tuple[float, float] = (0.1, 1e4), styles: list[str] | None = None):
+    """Draw roofs (log-log, FLOP/s against FLOPs/byte) and labelled (name, intensity, FLOP/s) points (chapter 02)."""
+    import numpy as np
+    xs = np.logspace(math.log10(x_range[0]), math.log10(x_range[1]), 200)
+    styles = styles or ["-", "--", ":", "-."]
+    for i, roof in enumerate(roofs):
+        ys = [roof.attainable(x) for x in xs]
+        line, = ax.plot(xs, ys, styles[i % len(styles)], lw=1.6, label=f"{roof.name}: ridge {roof.ridge:,.0f}")
+        ax.axvline(roof.ridge, color=line.get_color(), lw=0.6, alpha=0.5)
+    for name, x, y in points:
+        ax.plot([x], [y], "o", ms=5)
+        ax.annotate(name, (x, y), textcoords="offset points", xytext=(4, -10), fontsize=7)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("arithmetic intensity (FLOPs per byte)")
+    ax.set_ylabel("FLOP/s")
+    return ax

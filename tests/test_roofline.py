@@ -1,0 +1,105 @@
+"""book.roofline against hand calculations (chapter 02)."""
+import math
+
+import pytest
+
+from book import roofline as R
+from book.hardware import Ceilings
+
+
+def test_datasheet_ridge_points_by_hand():
+    a100 = R.Roof.datasheet("A100 80GB", "bf16")
+    assert a100.ridge == pytest.approx(312e12 / 2039e9) == pytest.approx(153.0, abs=0.1)
+    assert R.Roof.datasheet("H200", "bf16").ridge == pytest.approx(989.4e12 / 4.8e12)      # 206 FLOPs/byte
+    assert R.Roof.datasheet("A100 40GB", "fp16").ridge == pytest.approx(200.6, abs=0.1)
+    with pytest.raises(ValueError, match="no bf16"):
+        R.Roof.datasheet("T4", "bf16")
+
+
+def test_attainable_bends_at_the_ridge():
+    roof = R.Roof("toy", bandwidth=100.0, peak=1000.0)
+    assert roof.ridge == 10
+    assert roof.attainable(1) == 100 and roof.attainable(10) == 1000 and roof.attainable(1e6) == 1000
+    assert roof.time(R.Work(flops=1000, bytes=50)) == 1.0           # memory: 50 B / 100 B/s = 0.5 s < 1 s
+    assert roof.bound(R.Work(1000, 1000)) == "memory" and roof.bound(R.Work(1e5, 10)) == "compute"
+    with pytest.raises(ValueError, match="intensity"):
+        roof.attainable(-1)
+    with pytest.raises(ValueError, match="bandwidth"):
+        R.Roof("bad", 0, 1)
+
+
+def test_measured_roof_reads_the_ceilings():
+    c = Ceilings(device="cpu-x", kind="cpu", read_bw=20e9, copy_bw=15e9, matmul={"fp32": 3e11},
+                 bytes_tested=1, matmul_sizes={"fp32": 1024})
+    roof = R.Roof.measured(c, "fp32")
+    assert roof.bandwidth == 15e9 and roof.ridge == pytest.approx(20)
+    assert R.Roof.measured(c, "fp32", bandwidth="read").bandwidth == 20e9
+    with pytest.raises(ValueError, match="measured"):
+        R.Roof.measured(c, "bf16")
+
+
+def test_intensity_of_the_basic_operations():
+    assert R.dot(10**6, "fp32").intensity == pytest.approx(0.25, rel=1e-5)          # 2n FLOPs / 8n bytes
+    assert R.matvec(4096, 4096, "fp16").intensity == pytest.approx(1.0, rel=1e-3)   # 2 FLOPs per 2-byte weight
+    assert R.matmul(4096, 4096, 4096, "fp16").intensity == pytest.approx(4096 / 3)
+    assert R.linear(1, 4096, 4096, "bf16").intensity == pytest.approx(1.0, rel=1e-3)
+    assert R.linear(64, 4096, 4096, "bf16").intensity == pytest.approx(64 * 4096 / (4096 + 128), rel=1e-9)
+    assert R.linear(64, 4096, 4096, "int8", "bf16").intensity > 1.9 * R.linear(64, 4096, 4096, "bf16").intensity
+    with pytest.raises(ValueError, match="batch"):
+        R.linear(0, 4, 4)
+
+
+def test_decode_step_of_llama2_7b_by_hand():
+    w = R.decode_step("Llama-2-7B", 1, 0, "bf16")
+    matmul_params = 32 * (4 * 4096 * 4096 + 3 * 4096 * 11008) + 32000 * 4096
+    assert matmul_params == 6_607_077_376
+    parts = dict(w.parts)
+    assert parts["weights"] == 2 * (6_738_415_616 - 32000 * 4096)             # all but the embedding table
+    assert parts["KV cache"] == 2 * 32 * 32 * 128 * 2                         # the new token's K and V
+    assert w.flops == 2 * matmul_params + 4 * 32 * 32 * 128
+    assert w.intensity == pytest.approx(1.0, rel=0.01)                        # ~1 FLOP/byte in bf16
+    long = R.decode_step("Llama-2-7B", 8, 4095, "bf16")
+    assert dict(long.parts)["KV cache"] == 8 * 4096 * 524_288
+    with pytest.raises(ValueError, match="allows 4096"):
+        R.decode_step("Llama-2-7B", 1, 4096)
+    with pytest.raises(KeyError, match="unknown model"):
+        R.decode_step("Llama-9-1T")
+
+
+def test_critical_batch_is_where_decode_turns_compute_bound():
+    a100 = R.Roof.datasheet("A100 80GB", "bf16")
+    b = R.critical_batch("Llama-2-7B", a100, context=0)
+    assert 150 <= b <= 160                                                    # ~ the ridge point, 153
+    assert a100.bound(R.decode_step("Llama-2-7B", b, 0)) == "compute"
+    assert a100.bound(R.decode_step("Llama-2-7B", b - 1, 0)) == "memory"
+    b70 = R.critical_batch("Llama-2-70B", a100, context=512)
+    assert a100.bound(R.decode_step("Llama-2-70B", b70, 512)) == "compute"
+    assert a100.bound(R.decode_step("Llama-2-70B", b70 - 1, 512)) == "memory"
+    # at 4096 tokens each sequence's K and V outweigh its FLOPs: no batch is compute-bound
+    assert R.critical_batch("Llama-2-7B", a100, context=4095) is None
+    assert R.critical_batch("Llama-2-7B", a100, context=0, weight_dtype="int4", kv_dtype="bf16") < b / 3
+
+
+def test_prefill_is_far_more_intense_than_decode():
+    p = R.prefill("Llama-2-7B", 1024)
+    assert p.intensity > 300 and R.decode_step("Llama-2-7B").intensity < 1.1
+    with pytest.raises(ValueError, match="allows 4096"):
+        R.prefill("Llama-2-7B", 5000)
+
+
+def test_utilisations():
+    assert R.mbu(13.5e9, 0.01, 2.0e12) == pytest.approx(0.675)
+    assert R.mfu(13.2e9, 0.01, 312e12) == pytest.approx(13.2e9 / 0.01 / 312e12)
+    with pytest.raises(ValueError, match="seconds"):
+        R.mbu(1, 0, 1)
+    assert math.isclose(R.mbu(1, 1, 1), 1.0)
+
+
+def test_plot_roofline_draws_roofs_and_points():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots()
+    R.plot_roofline(ax, [R.Roof.datasheet("A100 80GB"), R.Roof.datasheet("H200")], [("decode B=1", 1.0, 2e12)])
+    assert len(ax.lines) >= 5 and ax.get_xscale() == "log"
+    plt.close(fig)
