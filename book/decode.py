@@ -1,0 +1,195 @@
+"""Serial decoding measured: streamed generation with per-token timestamps, TTFT/TPOT/E2E, percentiles, SLOs,
+and generation without a KV cache (chapter 01)."""
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Callable, Iterator, Sequence
+
+import torch
+
+from .device import synchronize
+
+__all__ = ["Token", "stream", "Latency", "percentile", "summarize", "SLO", "CHAT_SLO", "generate_no_cache",
+           "teacher_forced", "serial_steps", "median_gap"]
+
+
+@dataclass(frozen=True)
+class Token:
+    """One generated token and when it was ready, in seconds since the request started (chapter 01)."""
+    id: int
+    text: str
+    t: float
+
+
+def stream(model, prompt: torch.Tensor, max_new_tokens: int, *, temperature: float = 0.0,
+           decode: Callable[[int], str] | None = None, eos_token_id: int | None = None,
+           generator: torch.Generator | None = None, clock: Callable[[], float] = time.perf_counter
+           ) -> Iterator[Token]:
+    """Generate with the book's decoder (`book.llama.Llama`) one token at a time, yielding each as soon as it
+    exists, with the device synchronised so its timestamp is real (chapter 01).
+
+    The first token comes out of the prefill; every later one out of one decode step. `decode` turns a token id
+    into text for display; generation stops early at `eos_token_id`.
+    """
+    if max_new_tokens < 0:
+        raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
+    prompt = prompt[None] if prompt.dim() == 1 else prompt
+    if prompt.shape[0] != 1:
+        raise ValueError(f"stream() serves one request at a time; got a batch of {prompt.shape[0]}")
+    if prompt.shape[1] < 1:
+        raise ValueError("the prompt needs at least one token")
+    if max_new_tokens == 0:
+        return
+    limit = model.arch.max_context
+    if prompt.shape[1] + max_new_tokens > limit:
+        raise ValueError(f"{model.arch.name} allows {limit} tokens; a prompt of {prompt.shape[1]} plus "
+                         f"{max_new_tokens} new tokens is {prompt.shape[1] + max_new_tokens}")
+    dev = model.device
+    if model.cache is None or model.cache.batch < 1 or model.cache.max_len < prompt.shape[1] + max_new_tokens:
+        model.setup_cache(1, prompt.shape[1] + max_new_tokens)
+
+    def pick(logits: torch.Tensor) -> torch.Tensor:
+        if temperature <= 0:
+            return logits.argmax(-1)
+        return torch.multinomial(torch.softmax(logits.float() / temperature, -1), 1, generator=generator)[:, 0]
+
+    start = clock()
+    tok = pick(model.prefill(prompt.to(dev)))
+    for i in range(max_new_tokens):
+        synchronize(dev)
+        tid = int(tok)
+        yield Token(tid, decode(tid) if decode else "", clock() - start)
+        if tid == eos_token_id or i == max_new_tokens - 1:
+            return
+        tok = pick(model.decode_step(tok))
+
+
+@dataclass(frozen=True)
+class Latency:
+    """What a user of one request feels: time to first token, time per output token, end to end (chapter 01).
+
+    TTFT: from the request to the first token. TPOT: the mean gap between later tokens, (E2E - TTFT) / (n - 1),
+    undefined (None) with fewer than two tokens. E2E: to the last token; with no token at all, TTFT and E2E are
+    None too.
+    """
+    n_tokens: int
+    ttft: float | None
+    tpot: float | None
+    e2e: float | None
+
+    @classmethod
+    def from_times(cls, times: Sequence[float]) -> "Latency":
+        """From the timestamps of the generated tokens (seconds since the request started)."""
+        times = list(times)
+        if any(b < a for a, b in zip(times, times[1:])) or any(t < 0 for t in times):
+            raise ValueError("token timestamps must be >= 0 and non-decreasing")
+        if not times:
+            return cls(0, None, None, None)
+        tpot = (times[-1] - times[0]) / (len(times) - 1) if len(times) > 1 else None
+        return cls(len(times), times[0], tpot, times[-1])
+
+    @classmethod
+    def from_tokens(cls, tokens: Sequence[Token]) -> "Latency":
+        return cls.from_times([t.t for t in tokens])
+
+    def predicted_e2e(self) -> float | None:
+        """TTFT + (n - 1) x TPOT: equal to the measured E2E by construction of TPOT as a mean."""
+        if self.ttft is None:
+            return None
+        return self.ttft + (self.n_tokens - 1) * (self.tpot or 0.0)
+
+
+def percentile(values: Sequence[float], p: float) -> float:
+    """The p-th percentile (0-100) with linear interpolation between order statistics (numpy's default)."""
+    vals = sorted(v for v in values if v is not None)
+    if not vals:
+        raise ValueError("no values to take a percentile of")
+    if not 0 <= p <= 100:
+        raise ValueError(f"percentile must be in 0..100, got {p}")
+    pos = (len(vals) - 1) * p / 100
+    lo, hi = math.floor(pos), math.ceil(pos)
+    return vals[lo] + (vals[hi] - vals[lo]) * (pos - lo)
+
+
+def summarize(latencies: Sequence[Latency], ps: Sequence[float] = (50, 95, 99)) -> dict[str, dict[float, float]]:
+    """P50/P95/P99 (or `ps`) of TTFT, TPOT and E2E over requests; requests without a value are skipped."""
+    out: dict[str, dict[float, float]] = {}
+    for name in ("ttft", "tpot", "e2e"):
+        vals = [getattr(lat, name) for lat in latencies if getattr(lat, name) is not None]
+        out[name] = {p: percentile(vals, p) for p in ps} if vals else {}
+    return out
+
+
+@dataclass(frozen=True)
+class SLO:
+    """A service-level objective on latency percentiles (chapter 01)."""
+    name: str
+    ttft: float        # seconds
+    tpot: float        # seconds
+    p: float = 95
+
+    def check(self, latencies: Sequence[Latency]) -> dict[str, tuple[float, float, bool]]:
+        """For TTFT and TPOT: (the measured percentile, the bound, whether it is met)."""
+        s = summarize(latencies, (self.p,))
+        out = {}
+        for name, bound in (("ttft", self.ttft), ("tpot", self.tpot)):
+            if not s[name]:
+                raise ValueError(f"no request has a {name.upper()} to check")
+            value = s[name][self.p]
+            out[name] = (value, bound, value <= bound)
+        return out
+
+
+# Interactive chat: the first token within half a second feels immediate, and 10 tokens/s (100 ms each) stays
+# ahead of reading speed (roughly 4-5 words, 6-7 tokens, per second).
+CHAT_SLO = SLO("interactive chat", ttft=0.5, tpot=0.1)
+
+
+@torch.no_grad()
+def generate_no_cache(model, prompt: torch.Tensor, max_new_tokens: int) -> torch.Tensor:
+    """Greedy generation that recomputes the whole sequence for every new token, with no KV cache: the same
+    tokens as the cached loop, at quadratic cost (chapter 01)."""
+    if max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+    seq = prompt[None] if prompt.dim() == 1 else prompt
+    seq = seq.to(model.device)
+    new = []
+    for _ in range(max_new_tokens):
+        nxt = model(seq)[:, -1].argmax(-1)
+        new.append(nxt)
+        seq = torch.cat([seq, nxt[:, None]], dim=1)
+    return torch.stack(new, 1)
+
+
+def teacher_forced(model, tokens: torch.Tensor) -> Callable[[], torch.Tensor]:
+    """A function that runs one parallel forward pass over all of `tokens` (training's view) (chapter 01)."""
+    tokens = tokens[None] if tokens.dim() == 1 else tokens
+    return lambda: model(tokens)
+
+
+def serial_steps(model, tokens: torch.Tensor) -> Callable[[], torch.Tensor]:
+    """A function that feeds the same tokens one decode step at a time through the KV cache (inference's view):
+    N dependent steps instead of one pass (chapter 01)."""
+    tokens = tokens[None] if tokens.dim() == 1 else tokens
+    n = tokens.shape[1]
+
+    def run() -> torch.Tensor:
+        if model.cache is None or model.cache.max_len < n or model.cache.batch < tokens.shape[0]:
+            model.setup_cache(tokens.shape[0], n)
+        out = model.prefill(tokens[:, :1])
+        for i in range(1, n):
+            out = model.decode_step(tokens[:, i])
+        return out
+
+    return run
+
+
+def median_gap(times: Sequence[float]) -> float:
+    """The median time between consecutive tokens (a robust TPOT) (chapter 01)."""
+    gaps = [b - a for a, b in zip(times, times[1:])]
+    if not gaps:
+        raise ValueError("need at least two timestamps")
+    return statistics.median(gaps)
