@@ -13,7 +13,8 @@ import torch
 from .device import synchronize
 
 __all__ = ["Token", "stream", "Latency", "percentile", "summarize", "SLO", "CHAT_SLO", "generate_no_cache",
-           "teacher_forced", "serial_steps", "median_gap"]
+           "teacher_forced", "serial_steps", "median_gap",
+           "time_prefill", "time_decode_step", "kv_cache_nbytes"]
 
 
 @dataclass(frozen=True)
@@ -193,3 +194,71 @@ def median_gap(times: Sequence[float]) -> float:
     if not gaps:
         raise ValueError("need at least two timestamps")
     return statistics.median(gaps)
+
+
+def _is_hf(model) -> bool:
+    return hasattr(model, "config") and hasattr(model, "generate")
+
+
+def _random_tokens(model, batch: int, n: int) -> torch.Tensor:
+    vocab = model.config.vocab_size if _is_hf(model) else model.arch.vocab
+    dev = next(model.parameters()).device
+    g = torch.Generator().manual_seed(n)
+    return torch.randint(0, vocab, (batch, n), generator=g).to(dev)
+
+
+@torch.no_grad()
+def time_prefill(model, prompt_len: int, *, batch: int = 1, repeats: int = 5):
+    """Time the prefill of a random prompt: the book's decoder (`Llama.prefill`) or a transformers model (one
+    forward pass that fills a fresh DynamicCache and keeps only the last position's logits, as `generate` does)
+    (chapter 01)."""
+    from .timing import time_fn
+    x = _random_tokens(model, batch, prompt_len)
+    dev = x.device
+    if _is_hf(model):
+        from transformers import DynamicCache
+        fn = lambda: model(input_ids=x, past_key_values=DynamicCache(config=model.config),   # noqa: E731
+                           use_cache=True, logits_to_keep=1)
+    else:
+        if model.cache is None or model.cache.max_len < prompt_len or model.cache.batch < batch:
+            model.setup_cache(batch, prompt_len)
+        fn = lambda: model.prefill(x)                                                          # noqa: E731
+    return time_fn(fn, device=dev, warmup=1, repeats=repeats)
+
+
+@torch.no_grad()
+def time_decode_step(model, context: int, *, batch: int = 1, repeats: int = 7):
+    """Time one decode step at `context` cached tokens: the book's decoder (random cache, see
+    `book.roofline.measure_decode_step`) or a transformers model (the cache of a real prefill, cropped back to
+    `context` before every step) (chapter 01)."""
+    from .timing import time_fn
+    if not _is_hf(model):
+        from .roofline import measure_decode_step
+        return measure_decode_step(model, batch, context, repeats=repeats)
+    from transformers import DynamicCache
+    if context < 1:
+        raise ValueError(f"a transformers decode step needs context >= 1, got {context}")
+    x = _random_tokens(model, batch, context + 1)
+    cache = DynamicCache(config=model.config)
+    model(input_ids=x[:, :context], past_key_values=cache, use_cache=True, logits_to_keep=1)
+
+    def step():
+        extra = cache.get_seq_length() - context
+        if extra > 0:
+            cache.crop(-extra)            # forget the previous step's token
+        return model(input_ids=x[:, context:], past_key_values=cache, use_cache=True).logits
+
+    return time_fn(step, device=x.device, warmup=2, repeats=repeats)
+
+
+def kv_cache_nbytes(cache) -> int:
+    """Bytes held by the keys and values of a transformers cache (or the book's KVCache, filled part only)."""
+    if hasattr(cache, "k") and hasattr(cache, "lengths"):          # book.llama.KVCache
+        per_pos = cache.k[:, 0, :, 0].numel() * cache.k.element_size() * 2
+        return int(per_pos * int(cache.lengths.sum()))
+    total = 0
+    for layer in cache.layers:
+        for t in (layer.keys, layer.values):
+            if t is not None and hasattr(t, "numel"):
+                total += t.numel() * t.element_size()
+    return total

@@ -103,3 +103,19 @@ def test_median_gap():
     assert D.median_gap([0.0, 0.1, 0.3, 0.4]) == pytest.approx(0.1)
     with pytest.raises(ValueError):
         D.median_gap([1.0])
+
+
+def test_prefill_and_decode_timers_for_both_decoders(model):
+    from transformers import DynamicCache
+    hf = build_random(model.arch, dtype="fp32")
+    for m in (hf, model):
+        assert D.time_prefill(m, 16, repeats=2).median > 0
+        assert D.time_decode_step(m, 10, repeats=2).median > 0
+    with pytest.raises(ValueError, match="context >= 1"):
+        D.time_decode_step(hf, 0)
+    cache = DynamicCache(config=hf.config)
+    hf(input_ids=torch.zeros(1, 10, dtype=torch.long), past_key_values=cache, use_cache=True)
+    assert D.kv_cache_nbytes(cache) == 10 * model.arch.kv_bytes_per_token("fp32")
+    model.setup_cache(1, 32)
+    model.prefill(torch.zeros(1, 10, dtype=torch.long))
+    assert D.kv_cache_nbytes(model.cache) == 10 * model.arch.kv_bytes_per_token("fp32")
