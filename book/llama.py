@@ -139,6 +139,17 @@ class KVCache:
                              f"call setup_cache(batch={batch}, ...) first")
         self.lengths = torch.zeros(batch, dtype=torch.long)
 
+    def fill_random(self, batch: int, length: int, seed: int = 0) -> None:
+        """Start `batch` sequences whose first `length` positions hold random keys and values, without computing
+        them: a decode step can then be timed at any context (chapter 02)."""
+        self.reset(batch)
+        if not 0 <= length < self.max_len:
+            raise ValueError(f"length must be in 0..{self.max_len - 1} (one position left to decode), got {length}")
+        g = torch.Generator(device=self.k.device).manual_seed(seed)
+        for t in (self.k, self.v):
+            t[:, :batch, :, :length].normal_(generator=g)
+        self.lengths = torch.full((batch,), length, dtype=torch.long)
+
     def rewind(self, lengths: int | Sequence[int] | torch.Tensor) -> None:
         """Forget everything after `lengths` (one int for all sequences, or one per sequence); O(1) (chapter 02)."""
         new = torch.as_tensor(lengths, dtype=torch.long).cpu().flatten()

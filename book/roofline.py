@@ -1,14 +1,20 @@
 """The roofline: arithmetic intensity, attainable rate, where a decode step sits, MBU and MFU (chapter 02)."""
 from __future__ import annotations
 
+import contextlib
 import math
+import os
+import sys
 from dataclasses import dataclass
+
+import torch
 
 from .hardware import GPUSpec, gpu
 from .models import Architecture, architecture, dtype_bytes
 
 __all__ = ["Roof", "Work", "dot", "matvec", "matmul", "linear", "decode_step", "prefill", "critical_batch",
-           "mbu", "mfu", "plot_roofline"]
+           "mbu", "mfu", "measure_decode_step", "linear_sweep", "measured_knee", "first_compute_bound",
+           "busy_while", "silence_native_stderr", "plot_roofline", "reference_suite"]
 
 
 def _positive(name: str, value: float) -> None:
@@ -186,6 +192,128 @@ def mfu(flops: float, seconds: float, peak: float) -> float:
     return flops / seconds / peak
 
 
+def measure_decode_step(model, batch: int, context: int, *, warmup: int = 3, repeats: int = 10):
+    """Time one decode step of the book's decoder for `batch` sequences at `context` cached tokens (chapter 02).
+
+    The cache is filled with random keys and values instead of a prefill (the bytes read are the same), and
+    rewound before every step, so each timed step decodes the same position."""
+    from .timing import time_fn
+    batch, context = _count("batch", batch), _count("context", context, 0)
+    if model.cache is None or model.cache.batch < batch or model.cache.max_len <= context:
+        model.setup_cache(batch, context + 1)
+    model.cache.fill_random(batch, context)
+    tokens = torch.randint(0, model.arch.vocab, (batch,), device=model.device)
+
+    def step():
+        model.rewind(context)
+        return model.decode_step(tokens)
+
+    return time_fn(step, device=model.device, warmup=warmup, repeats=repeats)
+
+
+def linear_sweep(batches: list[int], d_in: int, d_out: int, dtype: str = "bf16", device=None, *,
+                 repeats: int = 3) -> list[dict]:
+    """Time y = x W^T for a [d_out, d_in] weight at each batch size: the roofline, measured (chapter 02)."""
+    from .build import progress
+    from .device import as_device
+    from .hardware import random_tensor
+    from .models import _torch_dtype
+    from .timing import time_fn
+    dev, dt = as_device(device), _torch_dtype(dtype)
+    w = random_tensor(d_out, d_in, device=dev, dtype=dt)
+    rows = []
+    for b in progress(batches, desc="matmul sweep"):
+        x = random_tensor(_count("batch", b), d_in, device=dev, dtype=dt)
+        t = time_fn(lambda: torch.nn.functional.linear(x, w), device=dev, warmup=1, repeats=repeats)
+        work = linear(b, d_in, d_out, dtype)
+        rows.append({"batch": b, "seconds": t.median, "flops": work.flops, "bytes": work.bytes,
+                     "intensity": work.intensity, "flop_rate": work.flops / t.median,
+                     "byte_rate": work.bytes / t.median})
+    return rows
+
+
+def measured_knee(rows: list[dict]) -> float:
+    """The batch where a sweep's two measured asymptotes cross: the flat, memory-bound time of the smallest
+    batches against the best FLOP rate reached (chapter 02)."""
+    if len(rows) < 2:
+        raise ValueError("need a sweep of at least two batch sizes")
+    rows = sorted(rows, key=lambda r: r["batch"])
+    t_flat = min(r["seconds"] for r in rows[:3])
+    best_rate = max(r["flop_rate"] for r in rows)
+    flops_per_row = rows[0]["flops"] / rows[0]["batch"]
+    return t_flat * best_rate / flops_per_row
+
+
+def first_compute_bound(work, roof: Roof, limit: int = 1 << 20) -> int | None:
+    """The smallest batch b with work(b) compute-bound on `roof`, or None up to `limit` (chapter 02)."""
+    lo, hi = 1, 1
+    while roof.bound(work(hi)) == "memory":
+        if hi >= limit:
+            return None
+        lo, hi = hi, min(limit, hi * 2)
+    while lo < hi:               # intensity grows with the batch, so bisect
+        mid = (lo + hi) // 2
+        if roof.bound(work(mid)) == "compute":
+            hi = mid
+        else:
+            lo = mid + 1
+    return hi
+
+
+def busy_while(fn, device=None, *, seconds: float = 2.0) -> dict:
+    """Call `fn` repeatedly for about `seconds` and report how busy the device looked meanwhile (chapter 02).
+
+    cpu_busy: process CPU time / wall time / torch threads (what `top` shows, per core). gpu_busy: NVML's
+    utilisation (the share of time some kernel ran, as nvidia-smi shows it), sampled every 20 ms on CUDA when
+    the `pynvml` package is installed; otherwise None.
+    """
+    import threading
+    import time
+    from .device import as_device, synchronize
+    _positive("seconds", seconds)
+    dev = as_device(device)
+    samples: list[float] = []
+    stop = threading.Event()
+
+    def sample() -> None:
+        while not stop.is_set():
+            try:
+                samples.append(torch.cuda.utilization(dev) / 100)
+            except Exception:          # no pynvml, or NVML unavailable
+                return
+            time.sleep(0.02)
+
+    sampler = threading.Thread(target=sample, daemon=True) if dev.type == "cuda" else None
+    if sampler:
+        sampler.start()
+    calls, cpu0, t0 = 0, time.process_time(), time.perf_counter()
+    while time.perf_counter() - t0 < seconds or calls == 0:
+        fn()
+        calls += 1
+    synchronize(dev)
+    wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+    stop.set()
+    if sampler:
+        sampler.join()
+    return {"calls": calls, "wall": wall, "cpu_busy": cpu / wall / torch.get_num_threads(),
+            "gpu_busy": sum(samples) / len(samples) if samples else None}
+
+
+@contextlib.contextmanager
+def silence_native_stderr():
+    """Discard what C++ code writes to the process's stderr inside the block: PyTorch's profiler (Kineto) prints
+    two "USDT ... profiler_start/stop" lines on every run (chapter 02). Python's own sys.stderr is flushed first."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 2)
+            yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
 def plot_roofline(ax, roofs: list[Roof], points: list[tuple[str, float, float]] = (), *,
                   x_range: tuple[float, float] = (0.1, 1e4), styles: list[str] | None = None):
     """Draw roofs (log-log, FLOP/s against FLOPs/byte) and labelled (name, intensity, FLOP/s) points (chapter 02)."""
@@ -204,3 +332,37 @@ def plot_roofline(ax, roofs: list[Roof], points: list[tuple[str, float, float]] 
     ax.set_xlabel("arithmetic intensity (FLOPs per byte)")
     ax.set_ylabel("FLOP/s")
     return ax
+
+
+def reference_suite(device=None) -> dict:
+    """The chapter's recorded results: measured ceilings, the matmul sweep and its knee, and decode steps of the
+    book's decoder (Llama-2-7B shape, bf16) against the prediction (chapter 02)."""
+    from .device import as_device
+    from .hardware import bandwidth_test_bytes, measured_ceilings
+    from .llama import Llama
+    from .models import build_random
+    dev = as_device(device)
+    c = measured_ceilings(dev)
+    dtype = "bf16" if "bf16" in c.matmul else "fp32"
+    roof = Roof.measured(c, dtype)
+    d_in = 4096
+    d_out = max(4096, bandwidth_test_bytes(dev) // (2 * d_in) // 256 * 256)
+    batches = [2**i for i in range(13 if dev.type == "cuda" else 11)]        # up to 4096 / 1024
+    rows = linear_sweep(batches, d_in, d_out, dtype, dev)
+    arch = architecture("Llama-2-7B") if dev.type == "cuda" else architecture("Llama-2-7B").with_layers(4)
+    model = Llama.from_hf(build_random(arch, dtype=dtype, device=dev))
+    dec_b = [1, 4, 16, 64, 256] if dev.type == "cuda" else [1, 4, 16, 64]
+    measured = [measure_decode_step(model, b, 64).median for b in dec_b]
+    predicted = [roof.time(decode_step(arch, b, 64, dtype)) for b in dec_b]
+    values = {"dtype": dtype, "copy_bw_gbs": c.copy_bw / 1e9, "read_bw_gbs": c.read_bw / 1e9,
+              "peak_tflops": c.matmul[dtype] / 1e12, "ridge": roof.ridge, "sweep_d_out": d_out,
+              "knee_measured": measured_knee(rows),
+              "knee_predicted": first_compute_bound(lambda b: linear(b, d_in, d_out, dtype), roof),
+              "decode_b1_ms": measured[0] * 1e3, "decode_b1_predicted_ms": predicted[0] * 1e3}
+    return {"values": values, "series": {
+        "matmul_flop_rate": {"x": [float(r["batch"]) for r in rows], "y": [r["flop_rate"] / 1e12 for r in rows],
+                             "x_label": "batch", "y_label": "TFLOP/s"},
+        "decode_step_measured": {"x": [float(b) for b in dec_b], "y": [t * 1e3 for t in measured],
+                                 "x_label": "batch", "y_label": "ms per decode step"},
+        "decode_step_predicted": {"x": [float(b) for b in dec_b], "y": [t * 1e3 for t in predicted],
+                                  "x_label": "batch", "y_label": "ms per decode step"}}}

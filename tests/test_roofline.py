@@ -2,6 +2,7 @@
 import math
 
 import pytest
+import torch
 
 from book import roofline as R
 from book.hardware import Ceilings
@@ -103,3 +104,58 @@ def test_plot_roofline_draws_roofs_and_points():
     R.plot_roofline(ax, [R.Roof.datasheet("A100 80GB"), R.Roof.datasheet("H200")], [("decode B=1", 1.0, 2e12)])
     assert len(ax.lines) >= 5 and ax.get_xscale() == "log"
     plt.close(fig)
+
+
+def test_decode_step_timing_at_a_given_context_with_a_random_cache():
+    from book.llama import Llama
+    from dataclasses import replace
+    from book.models import architecture, build_random
+    tiny = replace(architecture("Llama-2-7B"), name="tiny", n_layers=1, hidden=64, n_heads=4, n_kv_heads=2,
+                   head_dim=16, intermediate=128, vocab=256)
+    model = Llama.from_hf(build_random(tiny, dtype="fp32"))
+    t = R.measure_decode_step(model, batch=3, context=20, warmup=1, repeats=3)
+    assert t.median > 0 and model.cache.lengths.tolist() == [21, 21, 21]
+    assert model.cache.k[:, :3, :, :20].abs().sum() > 0 and model.cache.k[:, :3, :, 21:].abs().sum() == 0
+    with pytest.raises(ValueError, match="one position left"):
+        model.cache.fill_random(3, model.cache.max_len)
+    with pytest.raises(ValueError, match="context"):
+        R.measure_decode_step(model, batch=1, context=-1)
+
+
+def test_a_small_matmul_sweep_and_its_knee():
+    rows = R.linear_sweep([1, 2, 4, 64], 64, 128, "fp32", "cpu", repeats=2)
+    assert [r["batch"] for r in rows] == [1, 2, 4, 64]
+    assert all(r["seconds"] > 0 and r["flop_rate"] == r["flops"] / r["seconds"] for r in rows)
+    assert rows[-1]["intensity"] > rows[0]["intensity"]
+    fake = [{"batch": b, "seconds": max(1.0, b / 8), "flops": 10.0 * b, "flop_rate": 10.0 * b / max(1.0, b / 8)}
+            for b in (1, 2, 4, 8, 16, 32)]
+    assert R.measured_knee(fake) == pytest.approx(8.0)        # flat 1 s until b = 8, then 80 FLOP/s
+    with pytest.raises(ValueError, match="at least two"):
+        R.measured_knee(fake[:1])
+
+
+def test_first_compute_bound_matches_a_linear_scan():
+    roof = R.Roof.datasheet("A100 80GB", "bf16")
+    work = lambda b: R.linear(b, 4096, 4096, "bf16")                # noqa: E731
+    b = R.first_compute_bound(work, roof)
+    assert roof.bound(work(b)) == "compute" and roof.bound(work(b - 1)) == "memory"
+    assert b == next(i for i in range(1, 10**4) if roof.bound(work(i)) == "compute")
+    assert R.first_compute_bound(lambda b: R.Work(1.0, 1e9), roof, limit=64) is None
+
+
+def test_busy_while_counts_calls_and_cpu_time():
+    x = torch.randn(256, 256)
+    out = R.busy_while(lambda: x @ x, "cpu", seconds=0.2)
+    assert out["calls"] >= 1 and out["wall"] >= 0.2 and 0 < out["cpu_busy"] <= 1.5
+    assert out["gpu_busy"] is None
+    with pytest.raises(ValueError, match="seconds"):
+        R.busy_while(lambda: None, "cpu", seconds=0)
+
+
+def test_silence_native_stderr_swallows_fd_2_and_restores_it(capfd):
+    import os
+    with R.silence_native_stderr():
+        os.write(2, b"from C++\n")
+    os.write(2, b"after\n")
+    err = capfd.readouterr().err
+    assert "from C++" not in err and "after" in err

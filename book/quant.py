@@ -1,0 +1,138 @@
+"""Weight-only quantization on the roofline: int8 and int4 weights, bf16 arithmetic, timed against bf16 and fp32
+(chapter 02).
+
+The kernels are PyTorch's own: `torch._weight_int8pack_mm` (CPU, CUDA) for int8 with one scale per output row,
+and the int4 "pack" kernels (`_weight_int4pack_mm_for_cpu` on CPU; the tinygemm `_weight_int4pack_mm` on CUDA,
+Ampere or newer) for int4 with a scale and zero point per group of input columns.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+__all__ = ["QuantLinear", "quantize", "PRECISIONS", "compare_linear"]
+
+PRECISIONS = ("fp32", "bf16", "int8", "int4")
+
+
+@dataclass
+class QuantLinear:
+    """A [N, K] weight stored at some precision, with the function that multiplies activations by it."""
+    precision: str
+    n: int
+    k: int
+    nbytes: int                                    # bytes a product reads for the weight (and its scales)
+    act_dtype: torch.dtype
+    matmul: Callable[[torch.Tensor], torch.Tensor]
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        return self.matmul(x)
+
+
+def _int8(w: torch.Tensor, act: torch.dtype, chunk: int = 1 << 14) -> QuantLinear:
+    n, k = w.shape
+    q = torch.empty(n, k, dtype=torch.int8, device=w.device)
+    s = torch.empty(n, dtype=act, device=w.device)
+    for i in range(0, n, chunk):                  # in row chunks: no full-size fp32 temporary
+        rows = w[i:i + chunk].float()
+        scale = (rows.abs().amax(1) / 127).clamp_min(1e-8)
+        q[i:i + chunk] = torch.round(rows / scale[:, None]).clamp(-128, 127).to(torch.int8)
+        s[i:i + chunk] = scale.to(act)
+    return QuantLinear("int8", n, k, q.numel() + s.numel() * s.element_size(), act,
+                       lambda x: torch._weight_int8pack_mm(x, q, s))
+
+
+def _int4(w: torch.Tensor, act: torch.dtype, group: int = 128, chunk: int = 1 << 14) -> QuantLinear:
+    n, k = w.shape
+    if k % group or n % 64:
+        raise ValueError(f"int4 needs K divisible by the group size {group} and N by 64, got [{n}, {k}]")
+    cpu = w.device.type == "cpu"
+    if not cpu and act != torch.bfloat16:
+        raise ValueError("the CUDA int4 kernel takes bf16 activations only")
+    packed, sz = [], torch.empty(k // group, n, 2, dtype=act, device=w.device)
+    for i in range(0, n, chunk):                  # chunk is a multiple of 64 rows: packing works in 64-row blocks
+        rows = w[i:i + chunk].float().reshape(-1, k // group, group)
+        lo, hi = rows.amin(-1, keepdim=True), rows.amax(-1, keepdim=True)
+        scale = ((hi - lo) / 15).clamp_min(1e-6)
+        q = torch.round((rows - lo) / scale).clamp(0, 15).to(torch.int32).reshape(-1, k)
+        sz[:, i:i + chunk] = torch.cat([scale, lo + 8 * scale], -1).transpose(0, 1).to(act)
+        if cpu:
+            packed.append(torch._convert_weight_to_int4pack_for_cpu(q, 1))
+        else:
+            packed.append((q[:, ::2] << 4 | q[:, 1::2]).to(torch.uint8))
+    if cpu:
+        wp = torch.cat(packed)
+        fn = lambda x: torch._weight_int4pack_mm_for_cpu(x, wp, group, sz)          # noqa: E731
+    else:
+        wp = torch._convert_weight_to_int4pack(torch.cat(packed), 8)
+        fn = lambda x: torch._weight_int4pack_mm(x, wp, group, sz)                  # noqa: E731
+    return QuantLinear("int4", n, k, n * k // 2 + sz.numel() * sz.element_size(), act, fn)
+
+
+def quantize(w: torch.Tensor, precision: str, act_dtype: torch.dtype = torch.bfloat16) -> QuantLinear:
+    """`w` [N, K] (any float dtype) as a weight of `precision`: fp32 and bf16 keep it dense; int8 and int4 are
+    weight-only (activations stay `act_dtype`, the kernels take bf16 or fp16) (chapter 02)."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"unknown precision {precision!r}; choose one of {', '.join(PRECISIONS)}")
+    if w.dim() != 2:
+        raise ValueError(f"expected a 2-D weight [N, K], got shape {tuple(w.shape)}")
+    if precision in ("fp32", "bf16"):
+        dt = torch.float32 if precision == "fp32" else torch.bfloat16
+        dense = w.to(dt)
+        return QuantLinear(precision, *w.shape, dense.numel() * dense.element_size(), dt,
+                           lambda x: torch.nn.functional.linear(x, dense))
+    if act_dtype not in (torch.bfloat16, torch.float16):
+        raise ValueError(f"weight-only {precision} computes in bf16 or fp16, not {act_dtype}")
+    return _int8(w, act_dtype) if precision == "int8" else _int4(w, act_dtype)
+
+
+def _error(layer: QuantLinear, w: torch.Tensor) -> float:
+    """Relative error of the quantized product against the dense one, on a few random rows of activations."""
+    x = torch.randn(4, w.shape[1], device=w.device).to(layer.act_dtype)
+    want = torch.nn.functional.linear(x.float(), w.float())
+    return float((layer(x).float() - want).norm() / want.norm())
+
+
+def compare_linear(k: int, n: int, *, batches: tuple[int, ...] = (1, 512), device=None, roof=None,
+                   precisions: tuple[str, ...] = PRECISIONS, repeats: int = 3) -> list[str]:
+    """Time one [n, k] linear layer at each precision and batch; lines to print, with the roofline prediction
+    `roof.time(...)` beside each measurement when a `book.roofline.Roof` is given (chapter 02)."""
+    from .device import as_device, synchronize
+    from .hardware import random_tensor
+    from .roofline import linear
+    from .timing import format_seconds, time_fn
+    dev = as_device(device)
+    w = random_tensor(n, k, device=dev, dtype=torch.bfloat16)
+    lines = [f"weight [{n} x {k}] on {dev.type}; time per product (median of {repeats}); predicted: the "
+             "roofline", "with the measured ceilings; error: of the product against the bf16 weight's "
+             "(int4's ~10% is quantization)"]
+    rows = []                                     # (precision, batch, seconds, weight bytes, error)
+    for p in precisions:
+        try:
+            layer = quantize(w, p)
+            err = _error(layer, w)
+        except (RuntimeError, NotImplementedError, ValueError) as e:
+            lines.append(f"{p:>5}: not available on this device ({str(e).splitlines()[0][:90]})")
+            continue
+        if err > 0.2:
+            lines.append(f"{p:>5}: kernel output disagrees with the dense product (rel. error {err:.2f}); skipped")
+            continue
+        for b in batches:
+            x = random_tensor(b, k, device=dev, dtype=layer.act_dtype)
+            try:
+                rows.append((p, b, time_fn(lambda: layer(x), device=dev, warmup=1, repeats=repeats).median,
+                             layer.nbytes, err))
+            except torch.OutOfMemoryError:
+                synchronize(dev)
+                lines.append(f"{p:>5} B={b}: out of memory, skipped")
+        del layer
+    base = {b: t for p, b, t, _, _ in rows if p == "bf16"}
+    for p, b, t, nbytes, err in sorted(rows, key=lambda r: (r[1], PRECISIONS.index(r[0]))):
+        act = "fp32" if p == "fp32" else "bf16"
+        pred = f", predicted {format_seconds(roof.time(linear(b, k, n, p, act))):>9}" if roof else ""
+        rel = f", {base[b] / t:4.2f}x bf16's speed" if b in base else ""
+        lines.append(f"B={b:<4} {p:>5}: {format_seconds(t):>9}{pred}; weights {nbytes / 1e9:.2f} GB read at "
+                     f"{nbytes / t / 1e9:6.1f} GB/s{rel} (error {err:.0e})")
+    return lines

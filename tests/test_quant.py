@@ -1,0 +1,38 @@
+"""book.quant: weight-only int8/int4 layers agree with the dense product; the comparison runs (chapter 02)."""
+import pytest
+import torch
+
+from book import quant
+from book.roofline import Roof
+
+
+@pytest.mark.parametrize("precision,tol", [("fp32", 1e-2), ("bf16", 1e-2), ("int8", 2e-2), ("int4", 0.15)])
+def test_quantized_layers_match_the_dense_product(precision, tol):
+    torch.manual_seed(0)
+    w = torch.randn(128, 256)
+    layer = quant.quantize(w, precision)
+    x = torch.randn(3, 256).to(layer.act_dtype)
+    got, want = layer(x).float(), x.float() @ w.T
+    assert (got - want).norm() / want.norm() < tol
+    per_weight = {"fp32": 4, "bf16": 2, "int8": 1, "int4": 0.5}[precision]
+    assert layer.nbytes >= 128 * 256 * per_weight and layer.nbytes < 128 * 256 * per_weight * 1.2
+
+
+def test_bad_quantization_requests_are_refused():
+    with pytest.raises(ValueError, match="unknown precision"):
+        quant.quantize(torch.randn(64, 128), "int3")
+    with pytest.raises(ValueError, match="2-D"):
+        quant.quantize(torch.randn(64), "int8")
+    with pytest.raises(ValueError, match="divisible"):
+        quant.quantize(torch.randn(64, 100), "int4")
+    with pytest.raises(ValueError, match="bf16 or fp16"):
+        quant.quantize(torch.randn(64, 128), "int8", act_dtype=torch.float32)
+
+
+def test_compare_linear_prints_every_precision_and_batch():
+    lines = quant.compare_linear(256, 512, batches=(1, 8), device="cpu", roof=Roof("toy", 1e10, 1e11),
+                                 repeats=1)
+    body = "\n".join(lines[1:])
+    for p in quant.PRECISIONS:
+        assert f"{p}:" in body
+    assert body.count("predicted") == 8 and "x bf16's speed" in body
