@@ -2,8 +2,14 @@
 from __future__ import annotations
 
 import math
+import textwrap
 
 __all__ = ["check_number", "check_choice"]
+
+
+def _wrap(text: str) -> str:
+    """Fold long feedback to the width of the book's output boxes."""
+    return textwrap.fill(text, width=88, subsequent_indent="  ")
 
 
 def _fmt(x: float) -> str:
@@ -47,8 +53,8 @@ def check_choice(answer: str | None, expected: str, options: dict[str, str]) -> 
         print(f"✗ {answer!r} is not an option; choose one of {', '.join(repr(k) for k in options)}.")
         return False
     ok = key == expected.lower()
-    print(("✓ Right: " if ok else f"✗ Not quite (you chose {answer!r}): ") + options[expected])
+    print(_wrap(("✓ Right: " if ok else f"✗ Not quite (you chose {answer!r}). The answer: ") + options[expected]))
     if not ok:
         chosen = next(v for k, v in options.items() if k.lower() == key)
-        print("  Your choice: " + chosen)
+        print(_wrap("  Your choice: " + chosen))
     return ok

@@ -28,6 +28,8 @@ REFERENCE_DIR = Path(__file__).with_name("references")
 #: Each chapter's measurement suite: "module:function", called as function(device) -> {"values", "series"}.
 SUITES: dict[str, str] = {
     "00_how_to_use_this_book": "book.hardware:reference_suite",
+    "01_serial_decoding": "book.decode:reference_suite",
+    "02_roofline": "book.roofline:reference_suite",
     "03_memory_breakdown": "book.memory:reference_suite",
 }
 

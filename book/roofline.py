@@ -347,7 +347,7 @@ def reference_suite(device=None) -> dict:
     roof = Roof.measured(c, dtype)
     d_in = 4096
     d_out = max(4096, bandwidth_test_bytes(dev) // (2 * d_in) // 256 * 256)
-    batches = [2**i for i in range(13 if dev.type == "cuda" else 11)]        # up to 4096 / 1024
+    batches = [2**i for i in range(13 if dev.type == "cuda" else 10)]        # up to 4096 / 512
     rows = linear_sweep(batches, d_in, d_out, dtype, dev)
     arch = architecture("Llama-2-7B") if dev.type == "cuda" else architecture("Llama-2-7B").with_layers(4)
     model = Llama.from_hf(build_random(arch, dtype=dtype, device=dev))

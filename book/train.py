@@ -169,7 +169,7 @@ class TrainConfig:
     seed: int = 0
 
 
-CONFIGS = {"coder": TrainConfig(lr=2e-3), "coder-draft": TrainConfig(lr=3e-3)}
+CONFIGS = {"coder": TrainConfig(steps=1200, lr=2e-3), "coder-draft": TrainConfig(lr=3e-3)}
 
 
 def llama_config(spec: ModelSpec, tokenizer):
@@ -309,9 +309,8 @@ def train(spec: ModelSpec, cfg: TrainConfig, tokenizer, train_tokens: torch.Tens
 
 
 def _device_name(device: torch.device) -> str:
-    if device.type == "cuda":
-        return torch.cuda.get_device_name(device)
-    return f"CPU: {platform.processor() or platform.machine()}, {torch.get_num_threads()} threads"
+    from .device import device_name
+    return device_name(device)
 
 
 # --- shipping ---------------------------------------------------------------------------------------------------
