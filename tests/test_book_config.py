@@ -28,7 +28,7 @@ def test_every_chapter_is_in_the_toc_and_every_toc_entry_exists():
     assert sorted(f"chapters/{p.stem}" for p in CHAPTERS) == sorted(f for f in toc if f.startswith("chapters/"))
     for f in toc:
         assert (ROOT / f).with_suffix(".ipynb").exists() or (ROOT / f).with_suffix(".md").exists(), f
-    assert all(re.fullmatch(r"\d\d_[a-z0-9_]+", p.stem) for p in CHAPTERS)
+    assert all(re.fullmatch(r"(\d\d|A\d)_[a-z0-9_]+", p.stem) for p in CHAPTERS)   # chapters, appendices
 
 
 def test_build_settings():
