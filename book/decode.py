@@ -285,7 +285,7 @@ def reference_suite(device=None) -> dict:
     steps = [time_decode_step(model, n).median for n in ctxs]
     floors = [decode_step(arch, 1, n, dtype).bytes / Roof.measured(c, dtype).bandwidth for n in ctxs]
     values = {"coder_ttft_ms": lat.ttft * 1e3, "coder_tpot_ms": lat.tpot * 1e3, "layers": arch.n_layers,
-              "dtype": dtype, "decode_1024_ms": steps[2] * 1e3, "decode_1024_floor_ms": floors[2] * 1e3,
+              "dtype_bytes": 2.0 if dtype == "bf16" else 4.0, "decode_1024_ms": steps[2] * 1e3, "decode_1024_floor_ms": floors[2] * 1e3,
               "prefill_256_ms": time_prefill(model, 256).median * 1e3}
     return {"values": values, "series": {
         "decode_step_ms": {"x": [float(n) for n in ctxs], "y": [t * 1e3 for t in steps],

@@ -354,10 +354,10 @@ def reference_suite(device=None) -> dict:
     dec_b = [1, 4, 16, 64, 256] if dev.type == "cuda" else [1, 4, 16, 64]
     measured = [measure_decode_step(model, b, 64).median for b in dec_b]
     predicted = [roof.time(decode_step(arch, b, 64, dtype)) for b in dec_b]
-    values = {"dtype": dtype, "copy_bw_gbs": c.copy_bw / 1e9, "read_bw_gbs": c.read_bw / 1e9,
+    values = {"dtype_bytes": 2.0 if dtype == "bf16" else 4.0, "copy_bw_gbs": c.copy_bw / 1e9, "read_bw_gbs": c.read_bw / 1e9,
               "peak_tflops": c.matmul[dtype] / 1e12, "ridge": roof.ridge, "sweep_d_out": d_out,
               "knee_measured": measured_knee(rows),
-              "knee_predicted": first_compute_bound(lambda b: linear(b, d_in, d_out, dtype), roof),
+              "knee_predicted": float(first_compute_bound(lambda b: linear(b, d_in, d_out, dtype), roof) or 0),
               "decode_b1_ms": measured[0] * 1e3, "decode_b1_predicted_ms": predicted[0] * 1e3}
     return {"values": values, "series": {
         "matmul_flop_rate": {"x": [float(r["batch"]) for r in rows], "y": [r["flop_rate"] / 1e12 for r in rows],
