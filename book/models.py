@@ -221,6 +221,8 @@ def _offline() -> bool:
 
 
 def _load(loader, name_or_path: str | os.PathLike, **kwargs):
+    from transformers.utils import logging as hf_logging
+    hf_logging.disable_progress_bar()   # its widget would pull scripts from a CDN into the static book
     source, local = _resolve(name_or_path)
     try:
         return loader(source, **kwargs)
