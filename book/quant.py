@@ -105,9 +105,8 @@ def compare_linear(k: int, n: int, *, batches: tuple[int, ...] = (1, 512), devic
     from .timing import format_seconds, time_fn
     dev = as_device(device)
     w = random_tensor(n, k, device=dev, dtype=torch.bfloat16)
-    lines = [f"weight [{n} x {k}] on {dev.type}; time per product (median of {repeats}); predicted: the "
-             "roofline", "with the measured ceilings; error: of the product against the bf16 weight's "
-             "(int4's ~10% is quantization)"]
+    lines = [f"weight [{n} x {k}] on {dev.type}, median time of {repeats} runs; predicted: the roofline",
+             "with the measured ceilings; error: vs the bf16 product (int4's ~10% is quantization)"]
     rows = []                                     # (precision, batch, seconds, weight bytes, error)
     for p in precisions:
         try:
@@ -129,10 +128,12 @@ def compare_linear(k: int, n: int, *, batches: tuple[int, ...] = (1, 512), devic
                 lines.append(f"{p:>5} B={b}: out of memory, skipped")
         del layer
     base = {b: t for p, b, t, _, _ in rows if p == "bf16"}
+    lines.append(f"{'B':>5} {'weights':>7} {'measured':>9} {'predicted':>9} {'GB read':>8} {'GB/s':>6} "
+                 f"{'vs bf16':>8} {'error':>6}")
     for p, b, t, nbytes, err in sorted(rows, key=lambda r: (r[1], PRECISIONS.index(r[0]))):
         act = "fp32" if p == "fp32" else "bf16"
-        pred = f", predicted {format_seconds(roof.time(linear(b, k, n, p, act))):>9}" if roof else ""
-        rel = f", {base[b] / t:4.2f}x bf16's speed" if b in base else ""
-        lines.append(f"B={b:<4} {p:>5}: {format_seconds(t):>9}{pred}; weights {nbytes / 1e9:.2f} GB read at "
-                     f"{nbytes / t / 1e9:6.1f} GB/s{rel} (error {err:.0e})")
+        pred = format_seconds(roof.time(linear(b, k, n, p, act))) if roof else "-"
+        rel = f"{base[b] / t:.2f}x" if b in base else "-"
+        lines.append(f"{b:>5} {p:>7} {format_seconds(t):>9} {pred:>9} {nbytes / 1e9:8.2f} {nbytes / t / 1e9:6.1f} "
+                     f"{rel:>8} {err:6.0e}")
     return lines

@@ -69,6 +69,9 @@ def test_page_renders_with_its_figures_and_no_external_scripts(server, browser, 
                                                    "&& e.naturalWidth > 0])")
     assert all(ok for _, ok in images), f"{page_path}: images that did not load: {[s for s, ok in images if not ok]}"
     assert not failed, f"{page_path}: requests that failed: {failed}"
+    wide = page.eval_on_selector_all("main pre", "els => els.filter(e => e.scrollWidth > e.clientWidth + 1).map("
+                                     "e => e.innerText.split('\\n').reduce((a, l) => l.length > a.length ? l : a))")
+    assert not wide, f"{page_path}: code wider than the column (shorten these lines): {wide[:3]}"
     if page_path.startswith("chapters/"):
         assert len(images) >= 3, f"{page_path} shows only {len(images)} figures"
         colab = page.eval_on_selector_all("a[href*='colab.research.google.com']", "els => els.map(e => e.href)")
