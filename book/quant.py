@@ -98,7 +98,8 @@ def _error(layer: QuantLinear, w: torch.Tensor) -> float:
 def compare_linear(k: int, n: int, *, batches: tuple[int, ...] = (1, 512), device=None, roof=None,
                    precisions: tuple[str, ...] = PRECISIONS, repeats: int = 3) -> list[str]:
     """Time one [n, k] linear layer at each precision and batch; lines to print, with the roofline prediction
-    `roof.time(...)` beside each measurement when a `book.roofline.Roof` is given (chapter 02)."""
+    beside each measurement when `roof` is given (chapter 02). `roof` is one `book.roofline.Roof`, or a dict of
+    them by compute precision, {"fp32": ..., "bf16": ...}: fp32 weights compute in fp32, the others in bf16."""
     from .device import as_device, synchronize
     from .hardware import random_tensor
     from .roofline import linear
@@ -132,7 +133,8 @@ def compare_linear(k: int, n: int, *, batches: tuple[int, ...] = (1, 512), devic
                  f"{'vs bf16':>8} {'error':>6}")
     for p, b, t, nbytes, err in sorted(rows, key=lambda r: (r[1], PRECISIONS.index(r[0]))):
         act = "fp32" if p == "fp32" else "bf16"
-        pred = format_seconds(roof.time(linear(b, k, n, p, act))) if roof else "-"
+        r = roof.get(act) if isinstance(roof, dict) else roof
+        pred = format_seconds(r.time(linear(b, k, n, p, act))) if r else "-"
         rel = f"{base[b] / t:.2f}x" if b in base else "-"
         lines.append(f"{b:>5} {p:>7} {format_seconds(t):>9} {pred:>9} {nbytes / 1e9:8.2f} {nbytes / t / 1e9:6.1f} "
                      f"{rel:>8} {err:6.0e}")

@@ -3,7 +3,8 @@ import pytest
 import torch
 
 from book import quant
-from book.roofline import Roof
+from book.roofline import Roof, linear
+from book.timing import format_seconds
 
 
 @pytest.mark.parametrize("precision,tol", [("fp32", 1e-2), ("bf16", 1e-2), ("int8", 2e-2), ("int4", 0.15)])
@@ -38,3 +39,14 @@ def test_compare_linear_prints_every_precision_and_batch():
     bf16 = [r for r in rows if r[1] == "bf16"]
     assert all(r[-2] == "1.00x" for r in bf16)          # bf16 is the reference speed
     assert all(r[4] != "-" for r in rows)               # every row has its prediction (time and unit: 2 fields)
+
+
+def test_compare_linear_predicts_each_compute_precision_on_its_own_roof():
+    slow_fp32, fast_bf16 = Roof("fp32", 1e10, 1e9), Roof("bf16", 1e10, 1e12)
+    lines = quant.compare_linear(256, 512, batches=(64,), device="cpu", precisions=("fp32", "bf16"),
+                                 roof={"fp32": slow_fp32, "bf16": fast_bf16}, repeats=1)
+    pred = {line.split()[1]: line.split()[4:6] for line in lines if line.split()[:1] == ["64"]}
+    fp32, bf16 = linear(64, 256, 512, "fp32", "fp32"), linear(64, 256, 512, "bf16", "bf16")
+    assert pred["fp32"] == format_seconds(slow_fp32.time(fp32)).split()
+    assert pred["fp32"] != format_seconds(fast_bf16.time(fp32)).split()     # the fp32 row did not use bf16's roof
+    assert pred["bf16"] == format_seconds(fast_bf16.time(bf16)).split()
