@@ -270,7 +270,7 @@ def reference_suite(device=None) -> dict:
     from .device import as_device
     from .hardware import measured_ceilings
     from .llama import Llama
-    from .models import architecture, build_random, load
+    from .models import architecture, build_random, dtype_bytes, load
     from .roofline import Roof, decode_step
     dev = as_device(device)
     coder = Llama.from_hf(load("coder", dtype="fp32"), device=dev)
@@ -278,14 +278,15 @@ def reference_suite(device=None) -> dict:
     list(stream(coder, prompt, 8))                                              # warm-up
     lat = Latency.from_tokens(list(stream(coder, prompt, 128)))
     c = measured_ceilings(dev)
-    dtype = "bf16" if c.matmul.get("bf16", 0) >= c.matmul.get("fp32", 0) else "fp32"
+    dtype = c.fastest(("bf16", "fp32"))
     arch = architecture("Llama-2-7B") if dev.type == "cuda" else architecture("Llama-2-7B").with_layers(4)
     model = Llama.from_hf(build_random(arch, dtype=dtype, device=dev))
     ctxs = [16, 256, 1024, 2048]
     steps = [time_decode_step(model, n).median for n in ctxs]
     floors = [decode_step(arch, 1, n, dtype).bytes / Roof.measured(c, dtype).bandwidth for n in ctxs]
     values = {"coder_ttft_ms": lat.ttft * 1e3, "coder_tpot_ms": lat.tpot * 1e3, "layers": arch.n_layers,
-              "dtype_bytes": 2.0 if dtype == "bf16" else 4.0, "decode_1024_ms": steps[2] * 1e3, "decode_1024_floor_ms": floors[2] * 1e3,
+              "dtype_bytes": float(dtype_bytes(dtype)), "decode_1024_ms": steps[2] * 1e3,
+              "decode_1024_floor_ms": floors[2] * 1e3,
               "prefill_256_ms": time_prefill(model, 256).median * 1e3}
     return {"values": values, "series": {
         "decode_step_ms": {"x": [float(n) for n in ctxs], "y": [t * 1e3 for t in steps],

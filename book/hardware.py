@@ -240,6 +240,10 @@ class Ceilings:
         """The larger of the read and copy bandwidths: the book's 'measured peak' (chapter 00)."""
         return max(self.read_bw, self.copy_bw)
 
+    def fastest(self, dtypes: tuple[str, ...] = ("bf16", "fp16", "fp32")) -> str:
+        """The precision in `dtypes` with the highest measured matmul rate; ties go to the first (chapter 01)."""
+        return max(dtypes, key=lambda d: self.matmul.get(d, 0.0))
+
     def ridge_point(self, dtype: str = "fp32") -> float:
         """Measured FLOPs per byte where this device's roofline bends (chapter 02)."""
         return self.matmul[dtype] / self.peak_bw

@@ -343,7 +343,7 @@ def reference_suite(device=None) -> dict:
     from .models import build_random
     dev = as_device(device)
     c = measured_ceilings(dev)
-    dtype = "bf16" if "bf16" in c.matmul else "fp32"
+    dtype = c.fastest(("bf16", "fp32"))
     roof = Roof.measured(c, dtype)
     d_in = 4096
     d_out = max(4096, bandwidth_test_bytes(dev) // (2 * d_in) // 256 * 256)
@@ -354,7 +354,8 @@ def reference_suite(device=None) -> dict:
     dec_b = [1, 4, 16, 64, 256] if dev.type == "cuda" else [1, 4, 16, 64]
     measured = [measure_decode_step(model, b, 64).median for b in dec_b]
     predicted = [roof.time(decode_step(arch, b, 64, dtype)) for b in dec_b]
-    values = {"dtype_bytes": 2.0 if dtype == "bf16" else 4.0, "copy_bw_gbs": c.copy_bw / 1e9, "read_bw_gbs": c.read_bw / 1e9,
+    values = {"dtype_bytes": float(dtype_bytes(dtype)), "copy_bw_gbs": c.copy_bw / 1e9,
+              "read_bw_gbs": c.read_bw / 1e9,
               "peak_tflops": c.matmul[dtype] / 1e12, "ridge": roof.ridge, "sweep_d_out": d_out,
               "knee_measured": measured_knee(rows),
               "knee_predicted": float(first_compute_bound(lambda b: linear(b, d_in, d_out, dtype), roof) or 0),

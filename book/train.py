@@ -22,6 +22,8 @@ from pathlib import Path
 
 import torch
 
+from .device import device_name
+
 __all__ = ["Corpus", "ModelSpec", "TrainConfig", "SPECS", "CONFIGS", "WEIGHTS", "load_corpus", "is_test_path",
            "split_of", "train_tokenizer", "encode", "token_byte_lengths", "llama_config", "lr_at", "evaluate",
            "train", "export", "write_manifest", "plot_loss", "sha256"]
@@ -256,7 +258,7 @@ def train(spec: ModelSpec, cfg: TrainConfig, tokenizer, train_tokens: torch.Tens
     gen = torch.Generator().manual_seed(cfg.seed)
     byte_lengths = token_byte_lengths(tokenizer)
     log = {"model": spec.name, "spec": dataclasses.asdict(spec), "config": dataclasses.asdict(cfg),
-           "params": sum(p.numel() for p in model.parameters()), "device": _device_name(device),
+           "params": sum(p.numel() for p in model.parameters()), "device": device_name(device),
            "torch": torch.__version__, "train": [], "val": [], "seconds": 0.0, "step": 0}
     ckpt = ckpt_dir / "last.pt" if ckpt_dir else None
     if ckpt and resume and ckpt.exists():
@@ -306,11 +308,6 @@ def train(spec: ModelSpec, cfg: TrainConfig, tokenizer, train_tokens: torch.Tens
     log["tokens_seen"] = log["step"] * tokens_per_step
     model.eval()
     return model, log
-
-
-def _device_name(device: torch.device) -> str:
-    from .device import device_name
-    return device_name(device)
 
 
 # --- shipping ---------------------------------------------------------------------------------------------------

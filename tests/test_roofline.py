@@ -39,6 +39,16 @@ def test_measured_roof_reads_the_ceilings():
         R.Roof.measured(c, "bf16")
 
 
+def test_the_fastest_measured_precision_wins_and_ties_go_to_the_first():
+    def ceil(**rates):
+        return Ceilings(device="x", kind="cpu", read_bw=1e9, copy_bw=1e9, matmul=rates, bytes_tested=1,
+                        matmul_sizes={})
+    assert ceil(fp32=3e11, bf16=2e12, fp16=1e11).fastest() == "bf16"
+    assert ceil(fp32=3e11, bf16=2e11).fastest(("bf16", "fp32")) == "fp32"
+    assert ceil(fp32=1e12, bf16=1e12).fastest(("bf16", "fp32")) == "bf16"
+    assert ceil(fp32=1e12).fastest() == "fp32"                      # unmeasured precisions count as zero
+
+
 def test_intensity_of_the_basic_operations():
     assert R.dot(10**6, "fp32").intensity == pytest.approx(0.25, rel=1e-5)          # 2n FLOPs / 8n bytes
     assert R.matvec(4096, 4096, "fp16").intensity == pytest.approx(1.0, rel=1e-3)   # 2 FLOPs per 2-byte weight
