@@ -12,6 +12,8 @@ export PATH := $(abspath $(BIN)):$(PATH)
 export VIRTUAL_ENV := $(abspath $(VENV))
 export HF_HUB_OFFLINE ?= 1
 export PYTHONUNBUFFERED := 1
+# One set of measured ceilings per build, shared by every chapter (and by nbval in `make test`); `make clean` drops it.
+export BOOK_CEILINGS ?= $(abspath _build)/ceilings.json
 
 # Seconds one notebook cell may run under nbval (the book build's own limit is in _config.yml).
 CELL_TIMEOUT ?= 900

@@ -1,6 +1,7 @@
 """Helpers for the book *Why LLM decoding is slow, measured*. Each function's docstring names the chapter that teaches it.
 
-Modules, bottom-up: device -> timing -> hardware -> models -> llama -> bench; build, plots, exercises -> widgets;
+Modules, bottom-up: device -> timing -> kernels -> hardware -> models -> llama -> bench; verdict (sentences computed
+from measurements); build, plots, exercises -> widgets;
 reference (resolves each chapter's suite lazily).
 """
 from __future__ import annotations
@@ -15,7 +16,7 @@ import random  # noqa: E402
 
 import torch  # noqa: E402
 
-from . import device, hardware, models, timing  # noqa: E402
+from . import device, hardware, kernels, models, timing, verdict  # noqa: E402
 from .build import is_static, progress  # noqa: E402
 from .device import device_name, pick_device, synchronize  # noqa: E402
 from .exercises import check_choice, check_number  # noqa: E402
@@ -24,7 +25,8 @@ from .widgets import grid, slider  # noqa: E402
 
 __version__ = "0.1.0"
 __all__ = ["setup", "seed_everything", "set_online", "time_fn", "Timing", "slider", "grid", "progress", "is_static",
-           "check_number", "check_choice", "pick_device", "synchronize", "device", "hardware", "models", "timing"]
+           "check_number", "check_choice", "pick_device", "synchronize", "device", "hardware", "kernels", "models",
+           "timing", "verdict"]
 
 COLAB_GPU_HINT = ("No GPU found: every number on this page is measured on the CPU. The story is\n"
                   "the same, the numbers are smaller. For a GPU in Colab: Runtime > Change\n"

@@ -12,8 +12,8 @@ from typing import Callable
 import torch
 
 from .device import as_device, device_name, last_level_cache_bytes, synchronize
-from .hardware import (GB, _random_tensor, bandwidth_test_bytes, measure_copy_bandwidth, measure_read_bandwidth,
-                       measured_ceilings)
+from . import kernels
+from .hardware import GB, _random_tensor, measured_ceilings, random_tensor
 from .llama import Llama
 from .models import Architecture, architecture, build_random
 from .timing import Timing, format_seconds, time_fn
@@ -34,21 +34,20 @@ class DecodeResult:
     bytes_per_step: float          # weights + KV, mean over the timed steps
     weight_bytes: float
     kv_bytes: float
-    read_bw: float                 # measured_ceilings
+    read_bw: float                 # measured_ceilings: the denominator of decode MBU
     copy_bw: float
+    matvec_bw: float               # measured_ceilings: the best single matrix-vector product over the same bytes
+    path: str                      # how the book's decode step ran: "eager (<matvec path>)" or "compiled"
     bw_samples: tuple[float, ...]  # read bandwidth (bytes/s) sampled next to each timed step
+    mv_samples: tuple[float, ...]  # matrix-vector bandwidth (bytes/s) sampled next to each timed step
     book: Timing
     hf: Timing | None
     mbu_book: float                # per step against the read-bandwidth sample beside it (median over steps)
+    mbu_mv_book: float             # the same against the matrix-vector sample beside it
     mbu_hf: float | None
     speedup: float | None          # book tokens/s over HF tokens/s (median of per-step paired ratios)
     logits_rel_err: float | None
     tokens_equal: int | None
-
-    @property
-    def peak_bw(self) -> float:
-        """The larger of the measured read and copy bandwidths (chapter 02)."""
-        return max(self.read_bw, self.copy_bw)
 
 
 def _arch(model: str, layers: int | None, **shape: int | None) -> tuple[Architecture, str]:
@@ -80,7 +79,9 @@ def bench_decode(model: str = "Llama-2-7B", *, layers: int | None = None, dtype:
     if batch < 1 or prompt < 1 or steps < 2:
         raise ValueError(f"need batch >= 1, prompt >= 1, steps >= 2; got {batch}, {prompt}, {steps}")
     arch, what = _arch(model, layers, **shape)
-    use_compile = {"auto": gpu, "on": True, "off": False}[compile]
+    if compile not in ("auto", "on", "off"):
+        raise ValueError(f"compile must be auto, on or off, got {compile!r}")
+    use_compile = {"auto": None, "on": True, "off": False}[compile]   # None: measure both, keep the faster
 
     out(f"decode benchmark: book.llama vs Hugging Face generate, greedy, batch {batch}, prompt {prompt} tokens, "
         f"{steps} steps")
@@ -96,18 +97,22 @@ def bench_decode(model: str = "Llama-2-7B", *, layers: int | None = None, dtype:
     out(f"model: {what} (random weights), {dtype}: {_gb(n_params * book.embed.element_size())} of weights "
         f"({n_params / 1e6:,.0f}M parameters); built in {time.perf_counter() - t0:.0f} s")
 
-    if bw_bytes:   # a quick, smaller bandwidth test (the book's default size is 4x the last-level cache)
-        read_bw, copy_bw = measure_read_bandwidth(bw_bytes, dev)[0], measure_copy_bandwidth(bw_bytes, dev)[0]
-        tested = bw_bytes
-    else:
-        c = measured_ceilings(dev, dtypes=[dtype])
-        read_bw, copy_bw, tested = c.read_bw, c.copy_bw, c.bytes_tested
-    peak_bw = max(read_bw, copy_bw)
+    c = measured_ceilings(dev)
+    if dtype not in c.matvec:
+        raise ValueError(f"{dtype} is only a slow fallback on {c.device} (no faster than fp32); use --dtype "
+                         f"{c.fastest(('bf16', 'fp32'))}")
+    read_bw, copy_bw, matvec_bw, mv_path = c.read_bw, c.copy_bw, c.matvec_bw(dtype), c.matvec_path(dtype)
+    tested = bw_bytes or c.bytes_tested
+    out(f"ceilings (measured once, {c.bytes_tested / 2**20:,.0f} MiB): read {read_bw / GB:.1f} GB/s "
+        f"(+-{c.spread('read') / 2:.0%}), copy {copy_bw / GB:.1f} GB/s; matrix-vector ceiling {dtype} "
+        f"{matvec_bw / GB:.1f} GB/s")
+    out(f"one row of {dtype}: {kernels.describe(dev, DTYPE_NAMES[dtype], c.matvec[dtype])}")
     big = _random_tensor(tested, dev)
+    w_mv = random_tensor(max(1, tested // (4096 * book.embed.element_size())), 4096, device=dev,
+                         dtype=DTYPE_NAMES[dtype])
+    x_mv = torch.randn(4096, device=dev).to(DTYPE_NAMES[dtype])
     max_len = prompt + steps + 2
     book.setup_cache(batch, max_len)
-    if use_compile:
-        book.compile_decode()
     g = torch.Generator().manual_seed(seed + 1)
     x = torch.randint(3, arch.vocab, (batch, prompt), generator=g).to(dev)
 
@@ -116,13 +121,26 @@ def bench_decode(model: str = "Llama-2-7B", *, layers: int | None = None, dtype:
     book.generate(x, steps + 2)
     if hf:
         _hf_generate(ref, x, 3, None)
-    out(f"fast path: " + ("torch.compile(mode='reduce-overhead'), CUDA graphs" if use_compile and gpu else
-                          "torch.compile" if use_compile else "off (eager PyTorch)")
-        + f"; warm-up {time.perf_counter() - t0:.1f} s")
+    path = f"eager PyTorch, one row via {mv_path}"
+    if use_compile is not False:
+        eager_ms = _step_ms(book, x, dev, min(6, steps))
+        book.compile_decode()
+        book.generate(x, steps + 2)                       # compiles every shape the timed steps use
+        compiled_ms = _step_ms(book, x, dev, min(6, steps)) if book._compiled is not None else float("inf")
+        how = "torch.compile(mode='reduce-overhead'), CUDA graphs" if gpu else "torch.compile"
+        if book._compiled is None:
+            path += " (torch.compile failed here)"
+        elif use_compile is True or compiled_ms < eager_ms:
+            path = how + ("" if use_compile is True else
+                          f": measured faster here ({compiled_ms:.1f} vs {eager_ms:.1f} ms per step eager)")
+        else:
+            book._compiled = None
+            path += f": measured faster here than {how} ({eager_ms:.1f} vs {compiled_ms:.1f} ms per step)"
+    out(f"decode path: {path}; warm-up {time.perf_counter() - t0:.1f} s")
 
     # Timed: inside HF's own generate loop, a logits processor runs one book step and one read-bandwidth sample
     # between consecutive HF steps, so all three see the same machine state (this VM's bandwidth drifts).
-    book_times, hf_times, bw_samples, step_bytes, book_tokens = [], [], [], [], []
+    book_times, hf_times, bw_samples, mv_samples, step_bytes, book_tokens = [], [], [], [], [], []
     state = {"tok": book.prefill(x).argmax(-1), "last": None}
 
     def book_step() -> None:
@@ -135,6 +153,9 @@ def bench_decode(model: str = "Llama-2-7B", *, layers: int | None = None, dtype:
         step_bytes.append(book.weight_bytes_per_step(batch) + book.kv_bytes_per_step(batch, kv))
         book_tokens.append(state["tok"])
         bw_samples.append(big.numel() * big.element_size() / time_fn(big.sum, device=dev, warmup=0, repeats=1).median)
+        mv_samples.append(w_mv.numel() * w_mv.element_size()
+                          / time_fn(lambda: kernels.matvec(w_mv, x_mv, mv_path), device=dev, warmup=0,
+                                    repeats=1).median)
 
     def hook(ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
         synchronize(dev)
@@ -157,30 +178,30 @@ def bench_decode(model: str = "Llama-2-7B", *, layers: int | None = None, dtype:
     nbytes = statistics.fmean(step_bytes)
     tb, bw = Timing(tuple(book_times), str(dev)), statistics.median(bw_samples)
     mbu_book = statistics.median(b / t / s for b, t, s in zip(step_bytes, book_times, bw_samples))
+    mbu_mv = statistics.median(b / t / s for b, t, s in zip(step_bytes, book_times, mv_samples))
     out(f"bytes read per step: {_gb(book.weight_bytes_per_step(batch))} weights (every weight but the embedding "
         f"table) + {_gb(kv_bytes)} KV (mean over steps) = {_gb(nbytes)}")
-    out(f"peak bandwidth ({'measured_ceilings' if not bw_bytes else 'measured'}, {tested / 2**20:,.0f} MiB): "
-        f"read {read_bw / GB:.1f} GB/s, "
-        f"copy {copy_bw / GB:.1f} GB/s")
-    out(f"read bandwidth sampled between steps ({big.numel() * big.element_size() / 2**20:,.0f} MiB): median "
-        f"{bw / GB:.1f} GB/s, range {min(bw_samples) / GB:.1f}-{max(bw_samples) / GB:.1f}; MBU = bytes / step time / "
-        f"the sample beside that step, median over steps")
+    out(f"sampled beside every step: read bandwidth median {bw / GB:.1f} GB/s (range {min(bw_samples) / GB:.1f}-"
+        f"{max(bw_samples) / GB:.1f}), matrix-vector {statistics.median(mv_samples) / GB:.1f} GB/s; MBU = bytes / "
+        f"step time / the read sample beside that step (median over steps); 'of matvec' uses the matrix-vector "
+        f"sample instead")
 
-    def line(name: str, t: Timing, mbu: float) -> str:
+    def line(name: str, t: Timing, mbu: float, mbu_mv: float) -> str:
         return (f"{name}: median {format_seconds(t.median)}, IQR {format_seconds(t.iqr)} (spread {t.spread:.1%}), "
-                f"{batch / t.median:.2f} tokens/s, {nbytes / t.median / GB:.1f} GB/s, MBU {mbu:.2f} "
-                f"(vs measured copy {nbytes / t.median / copy_bw:.2f}, vs peak {nbytes / t.median / peak_bw:.2f}); "
-                f"time beyond its bytes at the sampled bandwidth {format_seconds(max(0.0, t.median - nbytes / bw))}")
+                f"{batch / t.median:.2f} tokens/s, {nbytes / t.median / GB:.1f} GB/s, MBU {mbu:.2f}, "
+                f"{mbu_mv:.2f} of the matrix-vector ceiling; time beyond its bytes at the sampled read bandwidth "
+                f"{format_seconds(max(0.0, t.median - nbytes / bw))}")
 
-    out(line("book decode step", tb, mbu_book))
+    out(line("book decode step", tb, mbu_book, mbu_mv))
     th = mbu_hf = speedup = err = same = None
     if hf:
         th = Timing(tuple(hf_times), str(dev))
         mbu_hf = statistics.median(b / t / s for b, t, s in zip(step_bytes, hf_times, bw_samples))
+        mbu_mv_hf = statistics.median(b / t / s for b, t, s in zip(step_bytes, hf_times, mv_samples))
         # each HF step is paired with the book step and bandwidth sample beside it; the median of the paired
         # ratios is robust to the machine's drift, the ratio of the two medians is not
         speedup = statistics.median(h / b for h, b in zip(hf_times, book_times))
-        out(line("HF   generate step", th, mbu_hf))
+        out(line("HF   generate step", th, mbu_hf, mbu_mv_hf))
         with torch.no_grad():
             want = ref(x).logits[:, -1].float()
             book.setup_cache(batch, max_len)
@@ -195,13 +216,26 @@ def bench_decode(model: str = "Llama-2-7B", *, layers: int | None = None, dtype:
     short = f"{arch.name.split(' ')[0]}[{arch.n_layers}L]"
     out(f"SUMMARY device={dev.type} dtype={dtype} model={short} batch={batch} bytes/step={nbytes / GB:.2f}GB "
         f"MBU(book)={mbu_book:.2f} MBU(HF)=" + (f"{mbu_hf:.2f}" if hf else "n/a")
-        + f" MBU_vs_copy(book)={nbytes / tb.median / copy_bw:.2f}"
+        + f" of_matvec(book)={mbu_mv:.2f} path={'compiled' if book._compiled is not None else 'eager-' + mv_path}"
         + " book/HF tokens/s=" + (f"{speedup:.2f}x" if hf else "n/a"))
     return DecodeResult(device=device_name(dev), dtype=dtype, model=what, batch=batch, bytes_per_step=nbytes,
                         weight_bytes=book.weight_bytes_per_step(batch), kv_bytes=kv_bytes, read_bw=read_bw,
-                        copy_bw=copy_bw, bw_samples=tuple(bw_samples),
-                        book=tb, hf=th, mbu_book=mbu_book, mbu_hf=mbu_hf, speedup=speedup, logits_rel_err=err,
+                        copy_bw=copy_bw, matvec_bw=matvec_bw, path=path, bw_samples=tuple(bw_samples),
+                        mv_samples=tuple(mv_samples), book=tb, hf=th, mbu_book=mbu_book, mbu_mv_book=mbu_mv, mbu_hf=mbu_hf, speedup=speedup, logits_rel_err=err,
                         tokens_equal=same)
+
+
+def _step_ms(model: Llama, x: torch.Tensor, dev: torch.device, n: int = 6) -> float:
+    """Median ms of `n` decode steps after a prefill (for choosing between eager and compiled)."""
+    tok = model.prefill(x).argmax(-1)
+    ts = []
+    for _ in range(n):
+        synchronize(dev)
+        t = time.perf_counter()
+        tok = model.decode_step(tok).argmax(-1)
+        synchronize(dev)
+        ts.append(time.perf_counter() - t)
+    return statistics.median(ts) * 1e3
 
 
 def _gb(n: float) -> str:
@@ -234,7 +268,7 @@ def main(argv: list[str] | None = None) -> int:
     d.add_argument("--steps", type=int, default=None, help="timed decode steps (default 32 CPU, 64 GPU)")
     d.add_argument("--device", default=None, help="cpu or cuda (default: the book's device, $BOOK_DEVICE)")
     d.add_argument("--compile", choices=["auto", "on", "off"], default="auto",
-                   help="torch.compile the decode step (auto: on with CUDA graphs on a GPU, off on CPU)")
+                   help="torch.compile the decode step (with CUDA graphs on a GPU); auto: time both, keep the faster")
     d.add_argument("--no-hf", action="store_true", help="skip the Hugging Face baseline")
     d.add_argument("--bw-bytes", type=int, default=None, help="bytes of each read-bandwidth sample "
                    "(default: the book's bandwidth test size, 4x the last-level cache)")

@@ -1,8 +1,15 @@
 """GPU datasheets and the measured ceilings of the reader's own device: bandwidth and matmul rate (chapter 00)."""
 from __future__ import annotations
 
+import json
+import os
 import re
-from dataclasses import dataclass, field
+import statistics
+import sys
+import time
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from pathlib import Path
 
 import torch
 
@@ -11,7 +18,7 @@ from .timing import Timing, time_fn
 
 __all__ = ["GPUSpec", "GPUS", "gpu", "gpu_names", "datasheet_for", "Ceilings", "measure_read_bandwidth",
            "measure_copy_bandwidth", "measure_matmul", "random_tensor", "supported_matmul_dtypes", "measured_ceilings",
-           "bandwidth_test_bytes", "bandwidth_sweep", "sweep_sizes", "reference_suite", "DTYPES"]
+           "bandwidth_test_bytes", "bandwidth_sweep", "ceilings_file", "sweep_sizes", "reference_suite", "DTYPES"]
 
 GB = 1e9
 TFLOP = 1e12
@@ -222,9 +229,19 @@ def measure_matmul(dtype: str = "fp32", device: torch.device | str | None = None
     return 2 * n**3 / t.median, n, t
 
 
+#: A low-precision matmul slower than this fraction of fp32's rate is only a fallback on this device (fp16 on most
+#: CPUs): it is labelled as such and never chosen as the chapter's precision.
+FALLBACK_BELOW_FP32 = 1.0
+
+
 @dataclass(frozen=True)
 class Ceilings:
-    """Measured ceilings of one device: read and copy bandwidth (bytes/s) and matmul rate per precision (chapter 00)."""
+    """Measured ceilings of one device (chapter 00): read and copy bandwidth and matmul rate per precision (medians of
+    samples spread in time, with the samples kept), and the matrix-vector ceiling per precision (`book.kernels`).
+
+    Decode reads, so the **read bandwidth is the denominator of decode MBU** everywhere in the book, and the measured
+    ridge point is a matmul rate over the same read bandwidth.
+    """
 
     device: str
     kind: str
@@ -234,60 +251,226 @@ class Ceilings:
     bytes_tested: int
     matmul_sizes: dict[str, int]
     datasheet: GPUSpec | None = None
+    samples: dict[str, tuple[float, ...]] = field(default_factory=dict)   # "read", "copy", "matmul <dtype>"
+    matvec: dict[str, dict[str, float]] = field(default_factory=dict)     # dtype -> {path: bytes/s}
+    matvec_failed: dict[str, dict[str, str]] = field(default_factory=dict)
+    measured_at: str = ""
+    cache_file: str | None = None
 
     @property
-    def peak_bw(self) -> float:
-        """The larger of the read and copy bandwidths: the book's 'measured peak' (chapter 00)."""
-        return max(self.read_bw, self.copy_bw)
+    def decode_bw(self) -> float:
+        """The bandwidth every decode MBU in the book is measured against: the read bandwidth (chapter 00)."""
+        return self.read_bw
+
+    @property
+    def fallbacks(self) -> list[str]:
+        """Low-precision matmuls that are no faster than fp32 here: emulated or unoptimised fallbacks (chapter 00)."""
+        fp32 = self.matmul.get("fp32", 0.0)
+        return [d for d in ("bf16", "fp16") if d in self.matmul and self.matmul[d] < FALLBACK_BELOW_FP32 * fp32]
+
+    def spread(self, name: str) -> float:
+        """Relative spread (max - min) / median of one ceiling's samples: "read", "copy" or "matmul bf16" (chapter 00)."""
+        xs = sorted(self.samples.get(name, ()))
+        if len(xs) < 2:
+            return 0.0
+        return (xs[-1] - xs[0]) / xs[len(xs) // 2]
 
     def fastest(self, dtypes: tuple[str, ...] = ("bf16", "fp16", "fp32")) -> str:
         """The precision in `dtypes` with the highest measured matmul rate; ties go to the first (chapter 01)."""
         return max(dtypes, key=lambda d: self.matmul.get(d, 0.0))
 
     def ridge_point(self, dtype: str = "fp32") -> float:
-        """Measured FLOPs per byte where this device's roofline bends (chapter 02)."""
-        return self.matmul[dtype] / self.peak_bw
+        """Measured FLOPs per byte where this device's roofline bends: matmul rate / read bandwidth (chapter 02)."""
+        return self.matmul[dtype] / self.read_bw
+
+    def matvec_bw(self, dtype: str) -> float:
+        """The matrix-vector ceiling: bytes/s of the fastest single matrix-vector product over the same bytes
+        (chapter 02)."""
+        rates = self.matvec.get(dtype)
+        if not rates:
+            raise ValueError(f"no matrix-vector ceiling measured for {dtype}; measured: {sorted(self.matvec)}")
+        return max(rates.values())
+
+    def matvec_path(self, dtype: str) -> str:
+        """The fastest matrix-vector path measured for `dtype` (see book.kernels.PATHS) (chapter 02)."""
+        rates = self.matvec.get(dtype) or {"linear": 0.0}
+        return max(rates, key=rates.get)
 
     def table(self) -> str:
-        """The ceilings as a small text table, with the datasheet beside them when the device is in the catalog."""
+        """The ceilings as a small text table with their spread, and the datasheet beside them when the device is in
+        the catalog."""
         ds = self.datasheet
-        rows = [("memory read bandwidth", f"{self.read_bw / GB:,.1f} GB/s",
+
+        def spread(name: str) -> str:
+            n = len(self.samples.get(name, ()))
+            return f"+-{self.spread(name) / 2:.0%} ({n})" if n > 1 else "-"
+
+        rows = [("memory read bandwidth", f"{self.read_bw / GB:,.1f} GB/s", spread("read"),
                  f"{ds.bandwidth_gbs:,.0f} GB/s" if ds else "-"),
-                ("memory copy bandwidth (read+write)", f"{self.copy_bw / GB:,.1f} GB/s",
+                ("memory copy bandwidth (read+write)", f"{self.copy_bw / GB:,.1f} GB/s", spread("copy"),
                  f"{ds.bandwidth_gbs:,.0f} GB/s" if ds else "-")]
         for name, rate in self.matmul.items():
             sheet = f"{ds.tflops[name]:,.1f} TFLOP/s" if ds and name in ds.tflops else "-"
-            rows.append((f"matmul {name} (n={self.matmul_sizes[name]})", f"{rate / TFLOP:,.3f} TFLOP/s", sheet))
+            label = f"matmul {name} (n={self.matmul_sizes[name]})" + (" *" if name in self.fallbacks else "")
+            rows.append((label, f"{rate / TFLOP:,.3f} TFLOP/s", spread(f"matmul {name}"), sheet))
+        for name in self.matvec:
+            rows.append((f"matrix-vector {name} ({self.matvec_path(name)})", f"{self.matvec_bw(name) / GB:,.1f} GB/s",
+                         "-", "-"))
         w = max(len(r[0]) for r in rows)
-        lines = [f"{'ceiling':<{w}}  {'measured':>18}  {'datasheet':>16}"]
-        lines += [f"{a:<{w}}  {b:>18}  {c:>16}" for a, b, c in rows]
+        lines = [f"{'ceiling':<{w}}  {'measured':>16}  {'spread (n)':>11}  {'datasheet':>15}"]
+        lines += [f"{a:<{w}}  {b:>16}  {c:>11}  {d:>15}" for a, b, c, d in rows]
+        if self.fallbacks:
+            lines.append(f"* {', '.join(self.fallbacks)}: a slow fallback here (no faster than fp32); never chosen")
         lines.append(f"device: {self.device}; bandwidth tensors {self.bytes_tested / 2**20:,.0f} MiB")
+        lines.append("spread: half the range of the (n) samples, taken in turn")
         lines.append(f"datasheet: {ds.name} ({ds.source})" if ds else "datasheet: none in the catalog for this device")
+        if self.cache_file:
+            lines.append(f"measured {self.measured_at} once for this build and shared by every chapter\n"
+                         f"  ({self.cache_file}; delete it to measure again)")
         return "\n".join(lines)
+
+    def to_json(self) -> dict:
+        """The ceilings as plain numbers (the cache file's entry) (chapter 00)."""
+        return {"device": self.device, "kind": self.kind, "read_bw": self.read_bw, "copy_bw": self.copy_bw,
+                "matmul": self.matmul, "bytes_tested": self.bytes_tested, "matmul_sizes": self.matmul_sizes,
+                "samples": {k: list(v) for k, v in self.samples.items()}, "matvec": self.matvec,
+                "matvec_failed": self.matvec_failed, "measured_at": self.measured_at}
+
+    @classmethod
+    def from_json(cls, d: dict, cache_file: str | None = None) -> "Ceilings":
+        """Back from `to_json` (chapter 00)."""
+        return cls(device=d["device"], kind=d["kind"], read_bw=d["read_bw"], copy_bw=d["copy_bw"],
+                   matmul=dict(d["matmul"]), bytes_tested=int(d["bytes_tested"]),
+                   matmul_sizes={k: int(v) for k, v in d["matmul_sizes"].items()},
+                   datasheet=datasheet_for(d["device"]) if d["kind"] == "cuda" else None,
+                   samples={k: tuple(v) for k, v in d.get("samples", {}).items()},
+                   matvec={k: dict(v) for k, v in d.get("matvec", {}).items()},
+                   matvec_failed={k: dict(v) for k, v in d.get("matvec_failed", {}).items()},
+                   measured_at=d.get("measured_at", ""), cache_file=cache_file)
 
 
 _CEILINGS: dict[str, Ceilings] = {}
 
 
+def ceilings_file() -> Path | None:
+    """Where a build (or a reader's session) keeps its one set of ceilings: $BOOK_CEILINGS (`make` sets
+    _build/ceilings.json), else a file in the user's cache folder; $BOOK_CEILINGS=off keeps them in memory only
+    (chapter 00)."""
+    env = os.environ.get("BOOK_CEILINGS", "").strip()
+    if env.lower() in ("off", "0", "none"):
+        return None
+    if env:
+        return Path(env)
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "why-llm-decoding-is-slow" / "ceilings.json"
+
+
+def _cache_key(dev: torch.device, dtypes: list[str]) -> str:
+    return f"{device_name(dev)} | torch {torch.__version__} | {dev} | {','.join(dtypes)}"
+
+
+def _load_cached(key: str, path: Path | None) -> Ceilings | None:
+    if path is None or not path.exists():
+        return None
+    try:
+        entry = json.loads(path.read_text()).get(key)
+    except (OSError, ValueError):
+        return None
+    if not entry:
+        return None
+    max_age_h = float(os.environ.get("BOOK_CEILINGS_MAX_AGE_H", "0" if os.environ.get("BOOK_CEILINGS") else "12"))
+    if max_age_h > 0 and time.time() - entry.get("measured_unix", 0) > max_age_h * 3600:
+        return None
+    try:
+        return Ceilings.from_json(entry, str(path))
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def _save(key: str, c: Ceilings, path: Path | None) -> Ceilings:
+    if path is None:
+        return c
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            data = json.loads(path.read_text()) if path.exists() else {}
+        except ValueError:
+            data = {}
+        data[key] = {**c.to_json(), "measured_unix": time.time()}
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(data, indent=1))
+        tmp.replace(path)
+    except OSError as e:
+        print(f"note: could not keep the ceilings in {path} ({e}); they are kept for this session only",
+              file=sys.stderr)
+        return c
+    return replace(c, cache_file=str(path))
+
+
+def _median(xs: list[float]) -> float:
+    return statistics.median(xs)
+
+
 def measured_ceilings(device: torch.device | str | None = None, *, refresh: bool = False,
-                      dtypes: list[str] | None = None) -> Ceilings:
-    """Measure (once per kernel, then cached) the device's bandwidth and matmul ceilings (chapter 00)."""
+                      dtypes: list[str] | None = None, rounds: int = 5) -> Ceilings:
+    """The device's ceilings, measured once and shared (chapter 00): read and copy bandwidth and the matmul rate of
+    each precision, each the median of `rounds` samples taken in turn (so a drifting machine spreads all of them
+    alike), and the matrix-vector ceiling of each precision a decoder would use. Kept in memory for the kernel and in
+    `ceilings_file()` for the build, so every chapter of one build prints the same numbers; `refresh=True` measures
+    again."""
+    from . import kernels
     dev = as_device(device)
-    key = f"{dev}:{dtypes}"
-    if key in _CEILINGS and not refresh:
-        return _CEILINGS[key]
+    dtypes = list(dtypes or supported_matmul_dtypes(dev))
+    key = _cache_key(dev, dtypes)
+    path = ceilings_file()
+    if not refresh:
+        c = _CEILINGS.get(key) or _load_cached(key, path)
+        if c is not None:
+            _CEILINGS[key] = c
+            for name, rates in c.matvec.items():
+                if rates:
+                    kernels.set_matvec_path(dev, DTYPES[name], max(rates, key=rates.get))
+            return c
     nbytes = bandwidth_test_bytes(dev)
-    read_bw, _ = measure_read_bandwidth(nbytes, dev)
-    copy_bw, _ = measure_copy_bandwidth(nbytes, dev)
-    rates, sizes = {}, {}
-    for name in dtypes or supported_matmul_dtypes(dev):
-        rates[name], sizes[name], _ = measure_matmul(name, dev)
+    x = _random_tensor(nbytes, dev)
+    samples: dict[str, list[float]] = {"read": [], "copy": []}
+    sizes: dict[str, int] = {}
+    operands: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
+    for name in dtypes:
+        _, sizes[name], _ = measure_matmul(name, dev, repeats=1)
+        n = sizes[name]
+        operands[name] = (torch.randn(n, n, device=dev).to(DTYPES[name]), torch.randn(n, n, device=dev).to(DTYPES[name]))
+        samples[f"matmul {name}"] = []
+    allow = torch.backends.cuda.matmul.allow_tf32
+    try:
+        for _ in range(rounds):
+            samples["read"].append(measure_read_bandwidth(device=dev, x=x, repeats=3)[0])
+            samples["copy"].append(measure_copy_bandwidth(nbytes, dev, repeats=3)[0])
+            for name in dtypes:
+                a, b = operands[name]
+                torch.backends.cuda.matmul.allow_tf32 = name == "tf32"
+                t = time_fn(lambda: a @ b, device=dev, warmup=1, repeats=1)
+                samples[f"matmul {name}"].append(2 * sizes[name] ** 3 / t.median)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = allow
+    del x, operands
+    rates = {name: _median(samples[f"matmul {name}"]) for name in dtypes}
     name = device_name(dev)
-    ceilings = Ceilings(device=name, kind=dev.type, read_bw=read_bw, copy_bw=copy_bw, matmul=rates,
-                        bytes_tested=nbytes, matmul_sizes=sizes,
-                        datasheet=datasheet_for(name) if dev.type == "cuda" else None)
-    _CEILINGS[key] = ceilings
-    return ceilings
+    c = Ceilings(device=name, kind=dev.type, read_bw=_median(samples["read"]), copy_bw=_median(samples["copy"]),
+                 matmul=rates, bytes_tested=nbytes, matmul_sizes=sizes,
+                 datasheet=datasheet_for(name) if dev.type == "cuda" else None,
+                 samples={k: tuple(v) for k, v in samples.items()},
+                 measured_at=datetime.now().strftime("%Y-%m-%d %H:%M"))
+    matvec, failed = {}, {}
+    for name in dict.fromkeys("fp32" if d == "tf32" else d for d in dtypes):
+        if name in c.fallbacks:
+            continue
+        r = kernels.measure_matvec(min(nbytes, 2 * 2**30), dev, DTYPES[name])
+        matvec[name], failed[name] = dict(r), dict(r.failed)
+    c = replace(c, matvec=matvec, matvec_failed=failed)
+    c = _save(key, c, path)
+    _CEILINGS[key] = c
+    return c
 
 
 def bandwidth_sweep(sizes: list[int], device: torch.device | str | None = None, *,

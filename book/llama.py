@@ -7,12 +7,14 @@ KV key/value heads, G = H / KV query heads per KV head, hd head dim, h hidden si
 from __future__ import annotations
 
 import os
+import sys
 from typing import Sequence
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from . import kernels
 from .device import as_device
 from .models import Architecture, _torch_dtype, dtype_bytes
 
@@ -38,10 +40,13 @@ class RMSNorm(nn.Module):
 
 
 def linear(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-    """x @ w.T. A single row on the CPU goes through torch.mv: its bf16 matrix-vector kernel streams the weights about
-    30% faster than F.linear's matrix-matrix path on the book's Xeon (fp32: the same; fp16: slower) (chapter 02)."""
-    if x.device.type == "cpu" and x.numel() == x.shape[-1] and w.dtype in (torch.bfloat16, torch.float32):
-        return torch.mv(w, x.reshape(-1)).view(*x.shape[:-1], w.shape[0])
+    """x @ w.T. A single row (a batch-1 decode step) is a matrix-vector product and goes through the path measured
+    fastest for this device and dtype (`book.kernels`: F.linear, torch.mv or a compiled multiply-and-sum); the
+    fastest differs from machine to machine, so it is measured, never assumed (chapter 02)."""
+    if x.numel() == x.shape[-1]:
+        path = kernels.matvec_path(x.device, w.dtype)
+        if path != "linear":
+            return kernels.matvec(w, x.reshape(-1), path).view(*x.shape[:-1], w.shape[0])
     return F.linear(x, w)
 
 
@@ -428,10 +433,19 @@ class Llama(nn.Module):
                              f"{c.max_len} positions; call setup_cache with a larger max_len")
         kv_len = int(pos.max()) + 1
         pos_dev = pos[:, None].to(self.device, non_blocking=True)
+        logits = None
         if self._compiled is not None:
-            kv_len = min(c.max_len, -(-kv_len // self._bucket) * self._bucket)   # few shapes -> few graphs
-            logits = self._compiled(tokens, pos_dev, c.k, c.v, kv_len).clone()   # graph outputs are reused
-        else:
+            padded = min(c.max_len, -(-kv_len // self._bucket) * self._bucket)   # few shapes -> few graphs
+            try:
+                logits = self._compiled(tokens, pos_dev, c.k, c.v, padded).clone()   # graph outputs are reused
+            except Exception as e:   # noqa: BLE001 - a fast path that fails on this device falls back, with a line
+                if os.environ.get("BOOK_STRICT_COMPILE"):
+                    raise
+                self._compiled = None
+                msg = str(e).strip().splitlines()[0][:160] if str(e).strip() else ""
+                print(f"note: the compiled decode step failed on this device ({type(e).__name__}: {msg}); "
+                      f"using the plain PyTorch step", file=sys.stderr)
+        if logits is None:
             logits = self._decode(tokens, pos_dev, c.k, c.v, kv_len)
         c.lengths = pos + 1
         return logits
@@ -449,7 +463,13 @@ class Llama(nn.Module):
             mode = "reduce-overhead" if self.device.type == "cuda" else "default"
         c = self.cache
         self._bucket = bucket or max(128, (c.max_len // 8) if c else 256)
-        self._compiled = torch.compile(self._decode, mode=mode, fullgraph=True, dynamic=False)
+        try:
+            self._compiled = torch.compile(self._decode, mode=mode, fullgraph=True, dynamic=False)
+        except Exception as e:   # noqa: BLE001 - e.g. a Python or platform torch.compile does not support
+            print(f"note: torch.compile is not available here ({type(e).__name__}: {e}); using the plain PyTorch "
+                  f"step", file=sys.stderr)
+            self._compiled = None
+            return self
         if c is not None:
             torch._dynamo.mark_static_address(c.k)
             torch._dynamo.mark_static_address(c.v)

@@ -9,26 +9,29 @@ import pytest
 from book.bench import bench_decode, main
 
 TINY = ["--layers", "2", "--hidden", "64", "--heads", "4", "--kv-heads", "2", "--intermediate", "128",
-        "--vocab", "256", "--prompt", "8", "--steps", "4", "--bw-bytes", str(16 * 2**20), "--device", "cpu"]
+        "--vocab", "256", "--prompt", "8", "--steps", "4", "--bw-bytes", str(16 * 2**20), "--device", "cpu",
+        "--compile", "off"]
 
 
 def test_decode_prints_every_figure_and_a_summary_last(capsys):
     assert main(["decode", *TINY]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
     text = "\n".join(lines)
-    for needle in ("bytes read per step", "peak bandwidth", "read bandwidth sampled", "book decode step",
-                   "HF   generate step", "MBU", "book/HF tokens/s", "greedy tokens equal for the first 4 of 4"):
+    for needle in ("bytes read per step", "ceilings (measured once", "matrix-vector ceiling", "one row of bf16",
+                   "decode path: eager PyTorch", "sampled beside every step", "book decode step",
+                   "HF   generate step", "MBU", "of the matrix-vector ceiling", "book/HF tokens/s",
+                   "greedy tokens equal for the first 4 of 4"):
         assert needle in text, needle
     last = lines[-1]
     assert last.startswith("SUMMARY device=cpu dtype=bf16")
-    for field in ("MBU(book)=", "MBU(HF)=", "MBU_vs_copy(book)=", "book/HF tokens/s=", "bytes/step="):
+    for field in ("MBU(book)=", "MBU(HF)=", "of_matvec(book)=", "path=eager-", "book/HF tokens/s=", "bytes/step="):
         assert field in last
 
 
 def test_decode_result_and_no_hf(capsys):
-    r = bench_decode("Llama-2-7B", layers=1, dtype="fp32", prompt=4, steps=3, device="cpu", hf=False,
+    r = bench_decode("Llama-2-7B", layers=1, dtype="fp32", prompt=4, steps=3, device="cpu", hf=False, compile="off",
                      bw_bytes=8 * 2**20, hidden=32, n_heads=2, n_kv_heads=1, intermediate=64, vocab=128)
-    assert r.hf is None and r.speedup is None and r.mbu_book > 0
+    assert r.hf is None and r.speedup is None and r.mbu_book > 0 and r.mbu_mv_book > 0 and r.matvec_bw > 0
     assert len(r.book.times) == 3 and r.bytes_per_step == pytest.approx(r.weight_bytes + r.kv_bytes)
     assert capsys.readouterr().out.strip().splitlines()[-1].endswith("book/HF tokens/s=n/a")
 
@@ -46,3 +49,39 @@ def test_module_entry_point_help():
     done = subprocess.run([sys.executable, "-m", "book.bench", "decode", "--help"], capture_output=True, text=True,
                           timeout=120)
     assert done.returncode == 0 and "--compile" in done.stdout and "--layers" in done.stdout
+
+
+def test_a_failing_compile_falls_back_to_the_plain_step(monkeypatch, capsys):
+    import torch
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("no compiler on this device (forced by the test)")
+    monkeypatch.setattr(torch, "compile", broken)
+    r = bench_decode("Llama-2-7B", layers=1, dtype="fp32", prompt=4, steps=3, device="cpu", hf=False,
+                     compile="auto", bw_bytes=8 * 2**20, hidden=32, n_heads=2, n_kv_heads=1, intermediate=64,
+                     vocab=128)
+    captured = capsys.readouterr()
+    assert "torch.compile failed here" in r.path and "path=eager-" in captured.out.splitlines()[-1]
+    assert "note: torch.compile is not available here" in captured.err
+
+
+def test_a_compiled_step_that_fails_when_run_falls_back(capsys):
+    import torch
+    from book.llama import Llama
+    from book.models import architecture
+    a = architecture("Llama-2-7B").with_layers(1)
+    from dataclasses import replace
+    a = replace(a, hidden=32, n_heads=2, n_kv_heads=1, head_dim=16, intermediate=64, vocab=128)
+    m = Llama(a, dtype="fp32", device="cpu")
+    for p in m.parameters():
+        torch.nn.init.normal_(p, std=0.05)
+    x = torch.randint(0, 128, (1, 5))
+    want = m.generate(x, 4)
+
+    def fails(*args):
+        raise RuntimeError("CUDA graphs are not supported here (forced by the test)")
+    m.setup_cache(1, 16)
+    m.compile_decode()
+    m._compiled = fails
+    assert torch.equal(m.generate(x, 4), want) and m._compiled is None
+    assert "the compiled decode step failed on this device" in capsys.readouterr().err

@@ -67,10 +67,34 @@ def test_bandwidth_test_size_is_beyond_the_cache():
     assert sizes[0] == 16 * 2**10 and sizes[-1] <= size and all(b > a for a, b in zip(sizes, sizes[1:]))
 
 
-def test_measured_ceilings_are_cached_and_tabled(monkeypatch):
+def test_measured_ceilings_are_cached_in_memory_and_in_the_build_file(monkeypatch, tmp_path):
     monkeypatch.setattr(hw, "bandwidth_test_bytes", lambda dev=None: 8 * 2**20)
-    c1 = hw.measured_ceilings("cpu", dtypes=["fp32"], refresh=True)
+    monkeypatch.setenv("BOOK_CEILINGS", str(tmp_path / "ceilings.json"))
+    c1 = hw.measured_ceilings("cpu", dtypes=["fp32"], refresh=True, rounds=3)
     assert hw.measured_ceilings("cpu", dtypes=["fp32"]) is c1
-    assert c1.peak_bw == max(c1.read_bw, c1.copy_bw) and c1.ridge_point("fp32") > 0
-    table = c1.table()
-    assert "memory read bandwidth" in table and "matmul fp32" in table and "none in the catalog" in table
+    assert c1.decode_bw == c1.read_bw and c1.ridge_point("fp32") == c1.matmul["fp32"] / c1.read_bw
+    assert len(c1.samples["read"]) == 3 and len(c1.samples["matmul fp32"]) == 3 and c1.spread("read") >= 0
+    assert c1.matvec_bw("fp32") == max(c1.matvec["fp32"].values()) and c1.matvec_path("fp32") in c1.matvec["fp32"]
+    hw._CEILINGS.clear()                                     # a new kernel of the same build reads the file
+    c2 = hw.measured_ceilings("cpu", dtypes=["fp32"])
+    assert c2.read_bw == c1.read_bw and c2.matmul == c1.matmul and c2.cache_file == str(tmp_path / "ceilings.json")
+    table = c2.table()
+    for needle in ("memory read bandwidth", "matmul fp32", "none in the catalog", "matrix-vector fp32",
+                   "spread (n)", "shared by every chapter"):
+        assert needle in table, needle
+
+
+def test_a_low_precision_no_faster_than_fp32_is_labelled_a_fallback():
+    c = hw.Ceilings(device="cpu-x", kind="cpu", read_bw=1e10, copy_bw=1e10, bytes_tested=1,
+                    matmul={"fp32": 1e12, "bf16": 3e12, "fp16": 2e11},
+                    matmul_sizes={"fp32": 1, "bf16": 1, "fp16": 1})
+    assert c.fallbacks == ["fp16"] and "slow fallback" in c.table() and c.fastest() == "bf16"
+    back = hw.Ceilings.from_json(c.to_json())
+    assert back.matmul == c.matmul and back.read_bw == c.read_bw
+
+
+def test_ceilings_file_can_be_switched_off(monkeypatch):
+    monkeypatch.setenv("BOOK_CEILINGS", "off")
+    assert hw.ceilings_file() is None
+    monkeypatch.delenv("BOOK_CEILINGS")
+    assert hw.ceilings_file().name == "ceilings.json"

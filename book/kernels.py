@@ -1,0 +1,145 @@
+"""Ways to stream a weight matrix for one row of activations, and the per-device choice among them (chapter 02).
+
+A batch-1 decode step is a chain of matrix-vector products, so its speed is the speed at which one of these kernels
+reads the weights. Plain PyTorch has several, and which one streams fastest depends on the machine (a bf16
+`torch.mv` beats `F.linear` on one CPU and loses on another; a compiled multiply-and-sum wins on a third). The book
+never picks for one machine: `measure_matvec` times every path on the reader's device, once, over the same bytes as
+the bandwidth test, and the decoder (`book.llama.linear`) uses the fastest. The best of them is the device's
+*matrix-vector ceiling*, the most a decode step in plain PyTorch can hope to stream.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+
+from .device import as_device
+from .timing import time_fn
+
+__all__ = ["PATHS", "matvec", "measure_matvec", "matvec_path", "set_matvec_path", "mulsum", "MatvecResult",
+           "describe"]
+
+#: The matrix-vector paths, with the one-line description the benchmark prints.
+PATHS: dict[str, str] = {
+    "linear": "F.linear (the matrix-matrix kernel with one row)",
+    "mv": "torch.mv (PyTorch's matrix-vector kernel)",
+    "mulsum": "torch.compile((w * x).sum(-1)) (a generated multiply-and-sum loop)",
+}
+
+_CHOICE: dict[tuple[str, torch.dtype], str] = {}          # (device type, dtype) -> path; filled by measurement
+_COMPILED: dict[tuple, Callable] = {}                      # one compiled multiply-and-sum per shape and dtype
+
+
+def _mulsum_eager(w: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    return (w * x).sum(-1)
+
+
+def mulsum(w: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """w @ x as a compiled elementwise multiply and row sum (one compiled kernel per shape) (chapter 02)."""
+    key = (tuple(w.shape), w.dtype, w.device.type)
+    fn = _COMPILED.get(key)
+    if fn is None:
+        fn = _COMPILED[key] = torch.compile(_mulsum_eager, dynamic=False, fullgraph=True)
+    return fn(w, x)
+
+
+def _read_env() -> str | None:
+    p = os.environ.get("BOOK_MATVEC", "").strip()
+    if p and p not in PATHS:
+        raise ValueError(f"BOOK_MATVEC={p!r} is not a matrix-vector path; use one of {', '.join(PATHS)}")
+    return p or None
+
+
+_ENV = _read_env()   # read once: the decode step may be traced by torch.compile
+
+
+def _env_path() -> str | None:
+    return _ENV
+
+
+def matvec_path(device: torch.device | str, dtype: torch.dtype) -> str:
+    """The path the decoder uses for one row on this device and dtype: $BOOK_MATVEC, else the measured choice, else
+    'linear' (nothing measured yet) (chapter 02)."""
+    return _env_path() or _CHOICE.get((torch.device(device).type, dtype), "linear")
+
+
+def set_matvec_path(device: torch.device | str, dtype: torch.dtype, path: str) -> None:
+    """Record the path to use for one row on this device and dtype (done by `measure_matvec`) (chapter 02)."""
+    if path not in PATHS:
+        raise ValueError(f"unknown matrix-vector path {path!r}; use one of {', '.join(PATHS)}")
+    _CHOICE[(torch.device(device).type, dtype)] = path
+
+
+def matvec(w: torch.Tensor, x: torch.Tensor, path: str) -> torch.Tensor:
+    """w [N,K] @ x [K] -> [N] by the named path (chapter 02)."""
+    if path == "mv":
+        return torch.mv(w, x)
+    if path == "mulsum":   # inside a compiled decode step the expression itself is compiled with the rest
+        return _mulsum_eager(w, x) if torch.compiler.is_compiling() else mulsum(w, x)
+    if path == "linear":
+        return F.linear(x[None], w)[0]
+    raise ValueError(f"unknown matrix-vector path {path!r}; use one of {', '.join(PATHS)}")
+
+
+class MatvecResult(dict):
+    """Bytes per second of each path that ran (a dict), plus `failed` {path: reason} and the `best` path."""
+
+    def __init__(self, rates: dict[str, float], failed: dict[str, str]):
+        super().__init__(rates)
+        self.failed = failed
+
+    @property
+    def best(self) -> str:
+        """The fastest path that ran (chapter 02)."""
+        return max(self, key=self.get)
+
+
+def measure_matvec(nbytes: int, device: torch.device | str | None = None, dtype: torch.dtype = torch.bfloat16, *,
+                   repeats: int = 7, paths: tuple[str, ...] = tuple(PATHS), choose: bool = True,
+                   k: int = 4096) -> MatvecResult:
+    """Stream a random [N, k] matrix of about `nbytes` through each path once per repeat and return bytes/s per
+    path; a path that fails here (e.g. torch.compile without a C++ compiler) is left out with its reason, and
+    `choose=True` makes the fastest the decoder's path for this device and dtype (chapter 02)."""
+    from .hardware import random_tensor
+    dev = as_device(device)
+    if nbytes <= 0:
+        raise ValueError(f"matrix size must be positive, got {nbytes} bytes")
+    n = max(1, nbytes // (k * torch.empty((), dtype=dtype).element_size()))
+    w = random_tensor(n, k, device=dev, dtype=dtype)
+    x = torch.randn(k, device=dev).to(dtype)
+    size = w.numel() * w.element_size()
+    rates, failed = {}, {}
+    want = matvec(w, x, "linear").float()
+    for path in paths:
+        try:
+            got = matvec(w, x, path)    # also compiles, outside the timing
+            err = (got.float() - want).abs().max() / want.abs().max().clamp_min(1e-30)
+            if not err < 2e-2:
+                raise RuntimeError(f"wrong result (relative error {float(err):.1e})")
+            t = time_fn(lambda p=path: matvec(w, x, p), device=dev, warmup=1, repeats=repeats, number=None)
+            rates[path] = size / t.median
+        except Exception as e:   # noqa: BLE001 - any failure means "not available on this device"
+            failed[path] = f"{type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''}"
+            if path == "mulsum":
+                print(f"note: torch.compile is not usable here ({failed[path]}); the matrix-vector choice "
+                      f"leaves out the compiled path", file=sys.stderr)
+    if not rates:
+        raise RuntimeError(f"no matrix-vector path ran on {dev}: {failed}")
+    result = MatvecResult(rates, failed)
+    if choose:
+        set_matvec_path(dev, dtype, result.best)
+    return result
+
+
+def describe(device: torch.device | str, dtype: torch.dtype, rates: dict[str, float] | None = None) -> str:
+    """One line: which path the decoder uses for one row here, and why (chapter 02)."""
+    path = matvec_path(device, dtype)
+    if _env_path():
+        return f"{PATHS[path]}: set by $BOOK_MATVEC"
+    if not rates:
+        return f"{PATHS[path]}: nothing measured yet on this device (the plain default)"
+    others = ", ".join(f"{p} {r / 1e9:.1f}" for p, r in sorted(rates.items(), key=lambda kv: -kv[1]))
+    return f"{PATHS[path]}: the fastest here, measured (GB/s: {others})"

@@ -1,0 +1,150 @@
+"""Sentences that judge a measurement, written by code from the measurement (chapter 00: "true on any device").
+
+The prose of a chapter states what holds on every device; whenever a sentence says *fast or slow, agrees or not,
+memory-bound or not*, a cell computes it with these helpers, so the live notebook and the static page say what the
+numbers beside them say, whatever machine produced them. Each helper returns a `Verdict`, which prints as plain
+text and renders as Markdown in Jupyter (live and in the built book).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+__all__ = ["Verdict", "compare", "ratio", "bound", "trend", "pick", "say", "OUTCOMES"]
+
+#: The outcomes a verdict can have; unit tests drive each of them with contrasting numbers.
+OUTCOMES = ("agrees", "above", "below", "noisy", "memory-bound", "compute-bound", "neither", "rises", "falls",
+            "flat", "holds", "fails")
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A sentence computed from measurements, with the branch it took (`outcome`) for tests and later cells."""
+
+    text: str
+    outcome: str
+    values: dict[str, float] = field(default_factory=dict)
+
+    def __str__(self) -> str:
+        return self.text
+
+    def _repr_markdown_(self) -> str:
+        return f"**On this device:** {self.text}"
+
+    def __bool__(self) -> bool:        # a verdict is truthy when the claim it checks holds
+        return self.outcome in ("agrees", "holds", "memory-bound", "compute-bound", "rises", "falls", "flat")
+
+
+def _num(x: float, name: str) -> float:
+    if not isinstance(x, (int, float)) or isinstance(x, bool) or not math.isfinite(x):
+        raise ValueError(f"{name} must be a finite number, got {x!r}")
+    return float(x)
+
+
+def _fmt(x: float, unit: str) -> str:
+    if unit in ("ms", "s", "us"):
+        return f"{x:,.3g} {unit}" if abs(x) < 100 else f"{x:,.0f} {unit}"
+    if unit == "x":
+        return f"x{x:,.2f}"
+    if unit:
+        return f"{x:,.3g} {unit}" if abs(x) < 1000 else f"{x:,.0f} {unit}"
+    return f"{x:,.3g}" if abs(x) < 1000 else f"{x:,.0f}"
+
+
+def compare(measured: float, predicted: float, *, what: str, unit: str = "", tol: float = 0.15,
+            spread: float | None = None, above: str = "", below: str = "", against: str = "predicted") -> Verdict:
+    """Measured against predicted: 'agrees' within `tol` (relative), else 'above' or 'below', each followed by the
+    known reason the caller gives for that direction; 'noisy' when the measurement's relative `spread` (e.g. IQR /
+    median) is larger than both `tol` and the gap, so the data cannot tell. `against` names the reference when it
+    is not a prediction (e.g. "the median") (chapter 00)."""
+    m, p, tol = _num(measured, "measured"), _num(predicted, "predicted"), _num(tol, "tol")
+    if p <= 0 or m < 0 or tol <= 0:
+        raise ValueError(f"need predicted > 0, measured >= 0, tol > 0; got {predicted}, {measured}, {tol}")
+    r = m / p
+    gap = abs(r - 1)
+    vals = {"measured": m, "predicted": p, "ratio": r}
+    head = f"{what}: measured {_fmt(m, unit)}, {against} {_fmt(p, unit)} (ratio {r:.2f})"
+    ref = "the prediction" if against == "predicted" else against
+    if spread is not None and _num(spread, "spread") > max(tol, gap):
+        return Verdict(f"{head}; the run-to-run spread ({spread:.0%}) is larger than the gap, so this run "
+                       f"cannot tell whether they agree.", "noisy", vals)
+    if gap <= tol:
+        return Verdict(f"{head}: they agree within {tol:.0%}.", "agrees", vals)
+    if r > 1:
+        return Verdict(f"{head}: the measurement is {r:.2f}x {ref}" + (f"; {above}" if above else ".")
+                       + ("" if not above or above.endswith(".") else "."), "above", vals)
+    return Verdict(f"{head}: the measurement is {1 / r:.2f}x below the prediction" + (f"; {below}" if below else ".")
+                   + ("" if not below or below.endswith(".") else "."), "below", vals)
+
+
+def ratio(a: float, b: float, *, a_name: str, b_name: str, what: str = "time", tol: float = 0.1,
+          spread: float | None = None) -> Verdict:
+    """How two measurements of the same thing compare ('agrees' = the same within `tol`; 'above' = a larger;
+    'below' = a smaller), e.g. two decoders' step times (chapter 00)."""
+    x, y = _num(a, a_name), _num(b, b_name)
+    if x <= 0 or y <= 0:
+        raise ValueError(f"both values must be positive, got {a_name}={a}, {b_name}={b}")
+    r = x / y
+    vals = {"a": x, "b": y, "ratio": r}
+    if spread is not None and _num(spread, "spread") > max(tol, abs(r - 1)):
+        return Verdict(f"{a_name} and {b_name} differ by x{r:.2f} in {what}, within this run's spread "
+                       f"({spread:.0%}): too noisy to rank them.", "noisy", vals)
+    if abs(r - 1) <= tol:
+        return Verdict(f"{a_name} and {b_name} take the same {what} within {tol:.0%} (ratio {r:.2f}).", "agrees", vals)
+    if r > 1:
+        return Verdict(f"{a_name} takes {r:.2f}x the {what} of {b_name}.", "above", vals)
+    return Verdict(f"{a_name} takes {1 / r:.2f}x less {what} than {b_name}.", "below", vals)
+
+
+def bound(mbu: float, mfu: float, *, what: str = "this step", at_least: float = 0.5) -> Verdict:
+    """Which roof a measured kernel sits under: memory-bound when it streams at least `at_least` of the measured
+    bandwidth (MBU) and uses less of the compute roof (MFU); compute-bound the other way round; 'neither' when both
+    are below `at_least` (overheads dominate) (chapter 02)."""
+    u, f = _num(mbu, "MBU"), _num(mfu, "MFU")
+    if u < 0 or f < 0:
+        raise ValueError(f"MBU and MFU must be >= 0, got {mbu}, {mfu}")
+    vals = {"mbu": u, "mfu": f}
+    if u >= at_least and u >= f:
+        return Verdict(f"{what} streams memory at {u:.0%} of the measured read bandwidth and uses {f:.1%} of the "
+                       f"compute roof: it is memory-bound.", "memory-bound", vals)
+    if f >= at_least and f > u:
+        return Verdict(f"{what} uses {f:.0%} of the measured matmul rate and {u:.0%} of the read bandwidth: it is "
+                       f"compute-bound.", "compute-bound", vals)
+    return Verdict(f"{what} reaches only {u:.0%} of the read bandwidth and {f:.1%} of the matmul rate: neither "
+                   f"roof is reached, so time goes to something else (kernel launches, Python, kernels that "
+                   f"stream below the memory's speed).", "neither", vals)
+
+
+def trend(xs: Sequence[float], ys: Sequence[float], *, what: str, x_name: str, unit: str = "",
+          flat: float = 0.15) -> Verdict:
+    """Whether `ys` rise, fall or stay flat (within `flat`, relative) from the first x to the last (chapter 00)."""
+    if len(xs) != len(ys) or len(xs) < 2:
+        raise ValueError(f"need two equal-length series of at least 2 points, got {len(xs)} and {len(ys)}")
+    y0, y1 = _num(ys[0], "first y"), _num(ys[-1], "last y")
+    if y0 <= 0:
+        raise ValueError(f"the first value must be positive, got {y0}")
+    r = y1 / y0
+    vals = {"first": y0, "last": y1, "ratio": r}
+    span = f"from {_fmt(y0, unit)} at {x_name} {xs[0]:,} to {_fmt(y1, unit)} at {xs[-1]:,}"
+    if abs(r - 1) <= flat:
+        return Verdict(f"{what} stays within {flat:.0%} {span} (x{r:.2f}).", "flat", vals)
+    return Verdict(f"{what} {'rises' if r > 1 else 'falls'} {span} (x{r:.2f}).", "rises" if r > 1 else "falls", vals)
+
+
+def pick(value: float, branches: Sequence[tuple[Callable[[float], bool], str]], *, otherwise: str,
+         outcome_names: Sequence[str] | None = None) -> Verdict:
+    """The first branch whose test holds for `value` writes the sentence ({v} is replaced by the value); for claims
+    that need their own thresholds (chapter 00)."""
+    v = _num(value, "value")
+    for i, (test, text) in enumerate(branches):
+        if test(v):
+            name = outcome_names[i] if outcome_names else "holds"
+            return Verdict(text.format(v=v), name, {"value": v})
+    return Verdict(otherwise.format(v=v), "fails", {"value": v})
+
+
+def say(condition: bool, if_true: str, if_false: str, **values: float) -> Verdict:
+    """The simplest verdict: one sentence if a measured condition holds, another if it does not (chapter 00)."""
+    return Verdict(if_true.format(**values) if condition else if_false.format(**values),
+                   "holds" if condition else "fails", {k: float(v) for k, v in values.items()})

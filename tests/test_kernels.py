@@ -1,0 +1,54 @@
+"""book.kernels: every matrix-vector path computes w @ x, the measured choice is used by the decoder, and a path
+that fails on a device (forced here) is left out with its reason instead of a traceback."""
+import pytest
+import torch
+
+from book import kernels as K
+from book.llama import linear
+
+
+@pytest.fixture(autouse=True)
+def _clean_choice():
+    saved = dict(K._CHOICE)
+    yield
+    K._CHOICE.clear()
+    K._CHOICE.update(saved)
+
+
+@pytest.mark.parametrize("path", ["linear", "mv", "mulsum"])
+def test_every_path_computes_w_times_x(path):
+    w, x = torch.randn(64, 32), torch.randn(32)
+    torch.testing.assert_close(K.matvec(w, x, path), w @ x, rtol=1e-4, atol=1e-4)
+
+
+def test_measurement_chooses_the_fastest_and_the_decoder_uses_it(monkeypatch):
+    r = K.measure_matvec(4 * 2**20, "cpu", torch.float32, repeats=2, paths=("linear", "mv"))
+    assert set(r) == {"linear", "mv"} and r.best in r and all(v > 0 for v in r.values())
+    assert K.matvec_path("cpu", torch.float32) == r.best
+    K.set_matvec_path("cpu", torch.float32, "mv")
+    calls = []
+    monkeypatch.setattr(K, "matvec", lambda w, x, p: calls.append(p) or torch.mv(w, x))
+    w = torch.randn(8, 4)
+    linear(torch.randn(1, 1, 4), w)           # one row: the chosen path
+    linear(torch.randn(3, 1, 4), w)           # three rows: a matrix-matrix product, never the matvec path
+    assert calls == ["mv"]
+    assert "the fastest here" in K.describe("cpu", torch.float32, {"mv": 2e9, "linear": 1e9})
+
+
+def test_a_failing_path_is_left_out_with_its_reason(monkeypatch, capsys):
+    def broken(*a, **k):
+        raise RuntimeError("no C++ compiler (forced by the test)")
+    monkeypatch.setattr(torch, "compile", broken)
+    K._COMPILED.clear()
+    r = K.measure_matvec(2 * 2**20, "cpu", torch.float32, repeats=1)
+    assert "mulsum" not in r and "no C++ compiler" in r.failed["mulsum"] and r.best in ("linear", "mv")
+    assert "torch.compile is not usable here" in capsys.readouterr().err
+
+
+def test_bad_names_are_rejected():
+    with pytest.raises(ValueError, match="unknown matrix-vector path"):
+        K.set_matvec_path("cpu", torch.float32, "gemv9")
+    with pytest.raises(ValueError, match="unknown matrix-vector path"):
+        K.matvec(torch.ones(2, 2), torch.ones(2), "gemv9")
+    with pytest.raises(ValueError, match="positive"):
+        K.measure_matvec(0, "cpu")

@@ -1,0 +1,56 @@
+"""book.verdict: every branch of every helper, driven by contrasting numbers (as different devices would give)."""
+import pytest
+
+from book import verdict as V
+
+
+def test_compare_takes_each_branch():
+    assert V.compare(100, 95, what="step", unit="ms").outcome == "agrees"
+    above = V.compare(200, 100, what="step", unit="ms", above="the kernel streams below the read bandwidth")
+    assert above.outcome == "above" and "2.00x the prediction" in above.text and "streams below" in above.text
+    below = V.compare(50, 100, what="step", unit="ms", below="the cache holds the weights")
+    assert below.outcome == "below" and "2.00x below" in below.text and "cache holds" in below.text
+    noisy = V.compare(130, 100, what="step", unit="ms", spread=0.6)
+    assert noisy.outcome == "noisy" and "cannot tell" in noisy.text
+    # a spread smaller than the gap does not hide a real difference
+    assert V.compare(300, 100, what="step", spread=0.3).outcome == "above"
+    assert bool(V.compare(1, 1, what="x")) and not bool(V.compare(3, 1, what="x"))
+
+
+def test_ratio_bound_trend_pick_say():
+    assert V.ratio(10, 10.5, a_name="book", b_name="HF").outcome == "agrees"
+    assert V.ratio(20, 10, a_name="book", b_name="HF").outcome == "above"
+    assert V.ratio(5, 10, a_name="book", b_name="HF").outcome == "below"
+    assert V.ratio(12, 10, a_name="book", b_name="HF", spread=0.5).outcome == "noisy"
+    assert V.bound(0.9, 0.01).outcome == "memory-bound"
+    assert V.bound(0.2, 0.8).outcome == "compute-bound"
+    assert V.bound(0.2, 0.05).outcome == "neither"
+    assert V.trend([16, 2048], [73, 111], what="step time", x_name="context").outcome == "rises"
+    assert V.trend([16, 2048], [73, 75], what="step time", x_name="context").outcome == "flat"
+    assert V.trend([1, 2], [10, 5], what="y", x_name="x").outcome == "falls"
+    p = V.pick(0.12, [(lambda v: v < 0.1, "well below a tenth ({v:.2f})"), (lambda v: v < 0.2, "near ({v:.2f})")],
+               otherwise="above ({v:.2f})", outcome_names=["below", "near"])
+    assert p.outcome == "near" and "0.12" in p.text
+    assert V.pick(0.5, [(lambda v: v < 0.1, "x")], otherwise="above {v}").outcome == "fails"
+    assert V.say(True, "yes {a:.1f}", "no", a=2).text == "yes 2.0" and V.say(False, "y", "no").outcome == "fails"
+
+
+def test_verdicts_render_as_markdown_and_reject_bad_input():
+    v = V.compare(1, 1, what="x")
+    assert v._repr_markdown_().startswith("**On this device:**") and str(v) == v.text
+    for bad in (float("nan"), "3", None):
+        with pytest.raises(ValueError, match="finite number"):
+            V.compare(bad, 1, what="x")
+    with pytest.raises(ValueError, match="predicted > 0"):
+        V.compare(1, 0, what="x")
+    with pytest.raises(ValueError, match="positive"):
+        V.ratio(0, 1, a_name="a", b_name="b")
+    with pytest.raises(ValueError, match=">= 0"):
+        V.bound(-1, 0)
+    with pytest.raises(ValueError, match="equal-length"):
+        V.trend([1], [1], what="y", x_name="x")
+
+
+def test_compare_can_name_a_reference_that_is_not_a_prediction():
+    v = V.compare(60, 40, what="first call", unit="ms", against="the median", above="one-off costs")
+    assert "the median 40 ms" in v.text and "1.50x the median" in v.text and "predicted" not in v.text
