@@ -266,30 +266,32 @@ def kv_cache_nbytes(cache) -> int:
 
 def reference_suite(device=None) -> dict:
     """The chapter's recorded results: coder's TTFT and TPOT for one request, and prefill and decode-step times of
-    the book's decoder with Llama-2-7B's shapes against the bandwidth floor (chapter 01)."""
+    the book's decoder with Llama-2-7B's shapes against the floor, bytes over the measured read bandwidth, in the
+    precision measured fastest on the device (fp16 included, for GPUs without bf16) (chapter 01)."""
     from .device import as_device
     from .hardware import measured_ceilings
     from .llama import Llama
     from .models import architecture, build_random, dtype_bytes, load
-    from .roofline import Roof, decode_step
+    from .roofline import decode_step
     dev = as_device(device)
     coder = Llama.from_hf(load("coder", dtype="fp32"), device=dev)
     prompt = torch.randint(0, coder.arch.vocab, (1, 128), generator=torch.Generator().manual_seed(0)).to(dev)
     list(stream(coder, prompt, 8))                                              # warm-up
     lat = Latency.from_tokens(list(stream(coder, prompt, 128)))
     c = measured_ceilings(dev)
-    dtype = c.fastest(("bf16", "fp32"))
+    dtype = c.fastest(("bf16", "fp16", "fp32"))
     arch = architecture("Llama-2-7B") if dev.type == "cuda" else architecture("Llama-2-7B").with_layers(4)
     model = Llama.from_hf(build_random(arch, dtype=dtype, device=dev))
     ctxs = [16, 256, 1024, 2048]
     steps = [time_decode_step(model, n).median for n in ctxs]
-    floors = [decode_step(arch, 1, n, dtype).bytes / Roof.measured(c, dtype).bandwidth for n in ctxs]
+    floors = [decode_step(arch, 1, n, dtype).bytes / c.read_bw for n in ctxs]     # decode reads: read bandwidth
     values = {"coder_ttft_ms": lat.ttft * 1e3, "coder_tpot_ms": lat.tpot * 1e3, "layers": arch.n_layers,
-              "dtype_bytes": float(dtype_bytes(dtype)), "decode_1024_ms": steps[2] * 1e3,
+              "dtype_bytes": float(dtype_bytes(dtype)), "fp16": float(dtype == "fp16"),
+              "read_bw_gbs": c.read_bw / 1e9, "decode_1024_ms": steps[2] * 1e3,
               "decode_1024_floor_ms": floors[2] * 1e3,
               "prefill_256_ms": time_prefill(model, 256).median * 1e3}
     return {"values": values, "series": {
         "decode_step_ms": {"x": [float(n) for n in ctxs], "y": [t * 1e3 for t in steps],
                            "x_label": "context (tokens)", "y_label": "ms per decode step"},
         "decode_floor_ms": {"x": [float(n) for n in ctxs], "y": [t * 1e3 for t in floors],
-                            "x_label": "context (tokens)", "y_label": "bytes / measured bandwidth (ms)"}}}
+                            "x_label": "context (tokens)", "y_label": "bytes / measured read bandwidth (ms)"}}}

@@ -119,3 +119,26 @@ def test_prefill_and_decode_timers_for_both_decoders(model):
     model.setup_cache(1, 32)
     model.prefill(torch.zeros(1, 10, dtype=torch.long))
     assert D.kv_cache_nbytes(model.cache) == 10 * model.arch.kv_bytes_per_token("fp32")
+
+
+def test_reference_suite_uses_the_read_bandwidth_and_the_fastest_precision_fp16_included(monkeypatch):
+    from book import hardware, models
+    from book.roofline import decode_step
+    tiny = replace(architecture("Llama-2-7B"), name="tiny", n_layers=2, hidden=64, n_heads=4, n_kv_heads=2,
+                   head_dim=16, intermediate=128, vocab=97, max_context=4096)
+    # a device whose fastest matmul is fp16 (a T4-like GPU), with copy and read bandwidths far apart
+    fake = hardware.Ceilings(device="fake", kind="cpu", read_bw=100e9, copy_bw=40e9,
+                             matmul={"fp32": 1e12, "bf16": 2e12, "fp16": 3e12}, bytes_tested=1,
+                             matmul_sizes={"fp32": 64, "bf16": 64, "fp16": 64})
+    real_architecture = models.architecture
+    monkeypatch.setattr(hardware, "measured_ceilings", lambda device=None: fake)
+    monkeypatch.setattr(models, "architecture",
+                        lambda name: tiny if name == "Llama-2-7B" else real_architecture(name))
+    monkeypatch.setattr(models, "load", lambda name, dtype=None, device=None: build_random(tiny, dtype="fp32"))
+    out = D.reference_suite("cpu")
+    v = out["values"]
+    assert v["fp16"] == 1.0 and v["dtype_bytes"] == 2.0 and v["read_bw_gbs"] == pytest.approx(100.0)
+    floor = out["series"]["decode_floor_ms"]
+    want = [decode_step(tiny.with_layers(4), 1, int(n), "fp16").bytes / fake.read_bw * 1e3 for n in floor["x"]]
+    assert floor["y"] == pytest.approx(want)
+    assert v["decode_1024_floor_ms"] == pytest.approx(want[2])
