@@ -12,7 +12,7 @@ from typing import Callable
 
 import torch
 
-__all__ = ["QuantLinear", "quantize", "PRECISIONS", "compare_linear"]
+__all__ = ["QuantLinear", "quantize", "PRECISIONS", "PACKING_ERRORS", "compare_linear"]
 
 PRECISIONS = ("fp32", "bf16", "int8", "int4")
 
@@ -95,11 +95,28 @@ def _error(layer: QuantLinear, w: torch.Tensor) -> float:
     return float((layer(x).float() - want).norm() / want.norm())
 
 
+#: What a missing or failing packing kernel raises: an old torch lacks the function (AttributeError), a device
+#: lacks the kernel (RuntimeError, NotImplementedError), a shape or dtype it refuses (ValueError, TypeError).
+PACKING_ERRORS = (RuntimeError, NotImplementedError, ValueError, AttributeError, TypeError)
+
+
+def _reason(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {text[0][:70]}" if text else type(e).__name__
+
+
 def compare_linear(k: int, n: int, *, batches: tuple[int, ...] = (1, 512), device=None, roof=None,
-                   precisions: tuple[str, ...] = PRECISIONS, repeats: int = 3) -> list[str]:
+                   precisions: tuple[str, ...] = PRECISIONS, repeats: int = 3, fallbacks: tuple[str, ...] = (),
+                   results: list | None = None) -> list[str]:
     """Time one [n, k] linear layer at each precision and batch; lines to print, with the roofline prediction
     beside each measurement when `roof` is given (chapter 02). `roof` is one `book.roofline.Roof`, or a dict of
-    them by compute precision, {"fp32": ..., "bf16": ...}: fp32 weights compute in fp32, the others in bf16."""
+    them by compute precision, {"fp32": ..., "bf16": ...}: fp32 weights compute in fp32, the others in bf16.
+
+    A precision whose kernel fails on this device (int4 packing needs a recent torch and, on CUDA, an Ampere or
+    newer GPU) gives one line, "note: int4 packing failed on this device (reason); int4 rows are left out", and the
+    other rows still come out. Precisions in `fallbacks` (`Ceilings.fallbacks`: no faster than fp32 here) are
+    marked "*" and labelled a slow fallback. `results`, when given, receives one dict per timed row (precision,
+    batch, seconds, nbytes, predicted seconds or None, error), for verdicts computed from the table."""
     from .device import as_device, synchronize
     from .hardware import random_tensor
     from .roofline import linear
@@ -113,8 +130,9 @@ def compare_linear(k: int, n: int, *, batches: tuple[int, ...] = (1, 512), devic
         try:
             layer = quantize(w, p)
             err = _error(layer, w)
-        except (RuntimeError, NotImplementedError, ValueError) as e:
-            lines.append(f"{p:>5}: not available on this device ({str(e).splitlines()[0][:90]})")
+        except PACKING_ERRORS as e:
+            what = "packing" if p in ("int8", "int4") else "matmul"
+            lines.append(f"note: {p} {what} failed on this device ({_reason(e)}); {p} rows are left out")
             continue
         if err > 0.2:
             lines.append(f"{p:>5}: kernel output disagrees with the dense product (rel. error {err:.2f}); skipped")
@@ -127,6 +145,8 @@ def compare_linear(k: int, n: int, *, batches: tuple[int, ...] = (1, 512), devic
             except torch.OutOfMemoryError:
                 synchronize(dev)
                 lines.append(f"{p:>5} B={b}: out of memory, skipped")
+            except PACKING_ERRORS as e:          # a kernel that packed but fails at this batch
+                lines.append(f"note: {p} kernel failed on this device at B={b} ({_reason(e)}); that row is left out")
         del layer
     base = {b: t for p, b, t, _, _ in rows if p == "bf16"}
     lines.append(f"{'B':>5} {'weights':>7} {'measured':>9} {'predicted':>9} {'GB read':>8} {'GB/s':>6} "
@@ -134,8 +154,16 @@ def compare_linear(k: int, n: int, *, batches: tuple[int, ...] = (1, 512), devic
     for p, b, t, nbytes, err in sorted(rows, key=lambda r: (r[1], PRECISIONS.index(r[0]))):
         act = "fp32" if p == "fp32" else "bf16"
         r = roof.get(act) if isinstance(roof, dict) else roof
-        pred = format_seconds(r.time(linear(b, k, n, p, act))) if r else "-"
+        secs = r.time(linear(b, k, n, p, act)) if r else None
+        pred = format_seconds(secs) if secs is not None else "-"
         rel = f"{base[b] / t:.2f}x" if b in base else "-"
-        lines.append(f"{b:>5} {p:>7} {format_seconds(t):>9} {pred:>9} {nbytes / 1e9:8.2f} {nbytes / t / 1e9:6.1f} "
-                     f"{rel:>8} {err:6.0e}")
+        name = p + ("*" if p in fallbacks else "")
+        lines.append(f"{b:>5} {name:>7} {format_seconds(t):>9} {pred:>9} {nbytes / 1e9:8.2f} "
+                     f"{nbytes / t / 1e9:6.1f} {rel:>8} {err:6.0e}")
+        if results is not None:
+            results.append({"precision": p, "batch": b, "seconds": t, "nbytes": nbytes, "predicted": secs,
+                            "error": err})
+    shown = [p for p in fallbacks if any(row[0] == p for row in rows)]
+    if shown:
+        lines.append(f"* {', '.join(shown)}: a slow fallback on this device (no faster than fp32)")
     return lines

@@ -46,8 +46,9 @@ class Roof:
         return cls(f"{spec.name} {dtype} (datasheet)", spec.bandwidth_gbs * 1e9, spec.peak_flops(dtype))
 
     @classmethod
-    def measured(cls, ceilings, dtype: str = "fp32", bandwidth: str = "copy") -> "Roof":
-        """The roof of this device from `book.hardware.measured_ceilings()` (copy or read bandwidth)."""
+    def measured(cls, ceilings, dtype: str = "fp32", bandwidth: str = "read") -> "Roof":
+        """The roof of this device from `book.hardware.measured_ceilings()`: the read bandwidth (decode reads; the
+        book's one MBU denominator) or, to compare, the copy bandwidth."""
         if dtype not in ceilings.matmul:
             raise ValueError(f"no measured matmul rate for {dtype}; measured: {sorted(ceilings.matmul)}")
         bw = {"copy": ceilings.copy_bw, "read": ceilings.read_bw}.get(bandwidth)
@@ -260,12 +261,14 @@ def first_compute_bound(work, roof: Roof, limit: int = 1 << 20) -> int | None:
     return hi
 
 
-def busy_while(fn, device=None, *, seconds: float = 2.0) -> dict:
+def busy_while(fn, device=None, *, seconds: float = 2.0, sample_gpu: bool | None = None) -> dict:
     """Call `fn` repeatedly for about `seconds` and report how busy the device looked meanwhile (chapter 02).
 
     cpu_busy: process CPU time / wall time / torch threads (what `top` shows, per core). gpu_busy: NVML's
-    utilisation (the share of time some kernel ran, as nvidia-smi shows it), sampled every 20 ms on CUDA when
-    the `pynvml` package is installed; otherwise None.
+    utilisation (the share of time some kernel ran, as nvidia-smi shows it), sampled every 20 ms on CUDA
+    (`sample_gpu`, default: on CUDA) when the `pynvml` package is installed. When sampling fails (no pynvml, NVML
+    unavailable), one line says so, "note: NVML utilisation sampling failed on this device (reason); ...", gpu_busy
+    is None and the other numbers still come out.
     """
     import threading
     import time
@@ -273,17 +276,22 @@ def busy_while(fn, device=None, *, seconds: float = 2.0) -> dict:
     _positive("seconds", seconds)
     dev = as_device(device)
     samples: list[float] = []
+    failed: list[str] = []
     stop = threading.Event()
 
     def sample() -> None:
         while not stop.is_set():
             try:
                 samples.append(torch.cuda.utilization(dev) / 100)
-            except Exception:          # no pynvml, or NVML unavailable
+            except Exception as e:     # no pynvml, or NVML unavailable: the fast path falls back
+                text = str(e).strip().splitlines()
+                failed.append(f"{type(e).__name__}: {text[0][:70]}" if text else type(e).__name__)
                 return
             time.sleep(0.02)
 
-    sampler = threading.Thread(target=sample, daemon=True) if dev.type == "cuda" else None
+    if sample_gpu is None:
+        sample_gpu = dev.type == "cuda"
+    sampler = threading.Thread(target=sample, daemon=True) if sample_gpu else None
     if sampler:
         sampler.start()
     calls, cpu0, t0 = 0, time.process_time(), time.perf_counter()
@@ -295,6 +303,10 @@ def busy_while(fn, device=None, *, seconds: float = 2.0) -> dict:
     stop.set()
     if sampler:
         sampler.join()
+    if failed:
+        print(f"note: NVML utilisation sampling failed on this device ({failed[0]}); the GPU busy share is "
+              f"left out")
+        samples.clear()
     return {"calls": calls, "wall": wall, "cpu_busy": cpu / wall / torch.get_num_threads(),
             "gpu_busy": sum(samples) / len(samples) if samples else None}
 

@@ -50,3 +50,42 @@ def test_compare_linear_predicts_each_compute_precision_on_its_own_roof():
     assert pred["fp32"] == format_seconds(slow_fp32.time(fp32)).split()
     assert pred["fp32"] != format_seconds(fast_bf16.time(fp32)).split()     # the fp32 row did not use bf16's roof
     assert pred["bf16"] == format_seconds(fast_bf16.time(bf16)).split()
+
+
+def _rows(lines):
+    header = next(i for i, line in enumerate(lines) if line.split()[:2] == ["B", "weights"])
+    return [line.split() for line in lines[header + 1:] if line[:1] not in ("*", "n")]
+
+
+def test_a_failing_int4_packing_kernel_leaves_one_note_and_the_other_rows(monkeypatch):
+    def broken(*args, **kwargs):
+        raise RuntimeError("no int4 kernel for this CPU\nsecond line of the error")
+
+    monkeypatch.setattr(torch, "_convert_weight_to_int4pack_for_cpu", broken)
+    lines = quant.compare_linear(256, 512, batches=(1, 8), device="cpu", repeats=1)
+    notes = [line for line in lines if line.startswith("note:")]
+    assert notes == ["note: int4 packing failed on this device (RuntimeError: no int4 kernel for this CPU); "
+                     "int4 rows are left out"]
+    rows = _rows(lines)
+    assert sorted((r[0], r[1]) for r in rows) == sorted((str(b), p) for b in (1, 8) for p in ("fp32", "bf16", "int8"))
+
+
+def test_a_missing_int4_matmul_kernel_is_a_note_too(monkeypatch):
+    monkeypatch.delattr(torch, "_weight_int4pack_mm_for_cpu")          # an older torch without the kernel
+    results = []
+    lines = quant.compare_linear(256, 512, batches=(1,), device="cpu", repeats=1, results=results)
+    notes = [line for line in lines if line.startswith("note:")]
+    assert len(notes) == 1 and notes[0].startswith("note: int4 packing failed on this device (AttributeError")
+    assert notes[0].endswith("; int4 rows are left out")
+    assert sorted(r["precision"] for r in results) == ["bf16", "fp32", "int8"]
+    assert all(r["seconds"] > 0 and r["predicted"] is None for r in results)
+
+
+def test_fallback_precisions_are_marked_and_results_carry_predictions():
+    results = []
+    lines = quant.compare_linear(256, 512, batches=(1,), device="cpu", precisions=("fp32", "bf16"), repeats=1,
+                                 roof=Roof("toy", 1e10, 1e11), fallbacks=("bf16",), results=results)
+    assert any(line.split()[:2] == ["1", "bf16*"] for line in lines)
+    assert lines[-1] == "* bf16: a slow fallback on this device (no faster than fp32)"
+    assert {r["precision"] for r in results} == {"fp32", "bf16"}
+    assert all(r["predicted"] == pytest.approx(1e-10 * r["nbytes"], rel=0.2) for r in results)

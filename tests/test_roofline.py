@@ -33,8 +33,8 @@ def test_measured_roof_reads_the_ceilings():
     c = Ceilings(device="cpu-x", kind="cpu", read_bw=20e9, copy_bw=15e9, matmul={"fp32": 3e11},
                  bytes_tested=1, matmul_sizes={"fp32": 1024})
     roof = R.Roof.measured(c, "fp32")
-    assert roof.bandwidth == 15e9 and roof.ridge == pytest.approx(20)
-    assert R.Roof.measured(c, "fp32", bandwidth="read").bandwidth == 20e9
+    assert roof.bandwidth == 20e9 and roof.ridge == pytest.approx(15) == c.ridge_point("fp32")
+    assert R.Roof.measured(c, "fp32", bandwidth="copy").bandwidth == 15e9
     with pytest.raises(ValueError, match="measured"):
         R.Roof.measured(c, "bf16")
 
@@ -169,3 +169,15 @@ def test_silence_native_stderr_swallows_fd_2_and_restores_it(capfd):
     os.write(2, b"after\n")
     err = capfd.readouterr().err
     assert "from C++" not in err and "after" in err
+
+
+def test_busy_while_notes_a_failing_nvml_and_still_reports_the_rest(monkeypatch, capsys):
+    def broken(*args, **kwargs):
+        raise ModuleNotFoundError("pynvml does not seem to be installed")
+
+    monkeypatch.setattr(torch.cuda, "utilization", broken)
+    out = R.busy_while(lambda: sum(range(100)), "cpu", seconds=0.1, sample_gpu=True)
+    printed = capsys.readouterr().out.strip().splitlines()
+    assert printed == ["note: NVML utilisation sampling failed on this device (ModuleNotFoundError: pynvml does "
+                       "not seem to be installed); the GPU busy share is left out"]
+    assert out["gpu_busy"] is None and out["calls"] > 0 and out["cpu_busy"] > 0 and out["wall"] >= 0.1
