@@ -1,8 +1,10 @@
 """Where device memory goes: weights, KV cache, activations, overhead; how many sequences fit; how KV allocators
 waste memory; and measuring allocations on CPU or GPU (chapter 03).
 
-Sizes are in bytes; "GB" in this module means 10^9 bytes. A GPU's capacity is its datasheet number taken as
-decimal GB (memory_gb x 10^9), the conservative reading: an "80GB" A100 really has 80 GiB = 85.9 GB.
+Sizes are in bytes; "GB" in this module means 10^9 bytes and "GiB" 2^30. A GPU's capacity is its datasheet number
+read as GiB (memory_gb x 2^30): an "80GB" A100 has 80 GiB (81,920 MiB) = 85.9 GB. Cards with ECC on GDDR memory
+expose a little less than their datasheet (a T4: 15,360 MiB of 16 GiB); `capacity=` overrides the catalog and
+`utilization=` keeps the share a serving engine allows itself (vLLM's gpu_memory_utilization, default 0.9).
 """
 from __future__ import annotations
 
@@ -19,11 +21,13 @@ from .device import as_device, synchronize
 from .hardware import GB, GPUSpec, gpu
 from .models import Architecture, architecture, dtype_bytes
 
-__all__ = ["GB", "DEFAULT_OVERHEAD_PER_GPU", "PREFILL_CHUNK", "DoesNotFitError", "MemoryBreakdown",
+__all__ = ["GB", "GIB", "DEFAULT_OVERHEAD_PER_GPU", "PREFILL_CHUNK", "DoesNotFitError", "MemoryBreakdown",
            "weight_bytes", "kv_cache_bytes", "activation_bytes", "capacity_bytes", "breakdown", "max_batch",
            "crossover_context", "Allocation", "measure_allocation", "process_rss", "sample_requests",
            "simulate_allocators", "random_model", "reference_suite"]
 
+#: Bytes in one GiB: the unit of a GPU datasheet's "GB" of memory.
+GIB = 2**30
 #: Framework overhead per GPU when none is given: CUDA context (0.3-0.8 GB), cuBLAS/NCCL workspaces, and blocks
 #: the caching allocator holds but no tensor uses. Measure your own; 1-3 GB is typical.
 DEFAULT_OVERHEAD_PER_GPU = 2 * GB
@@ -83,10 +87,18 @@ def activation_bytes(model: str | Architecture, tokens: int, dtype: str | torch.
     return mlp + att + logits_rows * a.vocab * 4.0
 
 
-def capacity_bytes(device: str | GPUSpec, n_gpus: int = 1) -> float:
-    """Memory of `n_gpus` catalog GPUs: datasheet GB x 10^9 each (chapter 03)."""
+def _check_utilization(utilization: Any) -> float:
+    if isinstance(utilization, bool) or not isinstance(utilization, (int, float)) \
+            or not 0 < utilization <= 1:
+        raise ValueError(f"utilization must be a share in (0, 1], got {utilization!r}")
+    return float(utilization)
+
+
+def capacity_bytes(device: str | GPUSpec, n_gpus: int = 1, *, utilization: float = 1.0) -> float:
+    """Memory of `n_gpus` catalog GPUs: the datasheet's GB read as GiB (2^30 bytes) each, times the share a serving
+    engine lets itself use (`utilization`, e.g. vLLM's gpu_memory_utilization=0.9) (chapter 03)."""
     spec = device if isinstance(device, GPUSpec) else gpu(device)
-    return spec.memory_gb * GB * _positive_int("n_gpus", n_gpus)
+    return spec.memory_gb * GIB * _positive_int("n_gpus", n_gpus) * _check_utilization(utilization)
 
 
 @dataclass(frozen=True)
@@ -137,7 +149,7 @@ class MemoryBreakdown:
         lines = [f"{self.model} on {self.n_gpus} x {self.gpu}, context {self.context:,}, batch {self.batch}"]
         for k, v in self.parts().items():
             lines.append(f"  {k:<12} {v / GB:9.2f} GB   {why[k]}")
-        lines.append(f"  {'total':<12} {self.total / GB:9.2f} GB   of {self.capacity / GB:.0f} GB: "
+        lines.append(f"  {'total':<12} {self.total / GB:9.2f} GB   of {self.capacity / GB:.1f} GB: "
                      + (f"fits, {self.free / GB:.2f} GB free" if self.fits else
                         f"does NOT fit, {-self.free / GB:.2f} GB over"))
         return "\n".join(lines)
@@ -145,9 +157,14 @@ class MemoryBreakdown:
 
 def breakdown(model: str | Architecture, device: str | GPUSpec = "A100 80GB", *, n_gpus: int = 1,
               context: int | None = None, batch: int = 1, weight_dtype: str = "bf16", kv_dtype: str | None = None,
-              overhead: float | None = None, activations: float | None = None) -> MemoryBreakdown:
+              overhead: float | None = None, activations: float | None = None, capacity: float | None = None,
+              utilization: float = 1.0) -> MemoryBreakdown:
     """Weights, KV cache, activations and overhead of serving `batch` sequences of `context` tokens; context defaults
-    to the model's maximum, kv_dtype to the weights' unless those are int8/int4 (then bf16) (chapter 03)."""
+    to the model's maximum, kv_dtype to the weights' unless those are int8/int4 (then bf16) (chapter 03).
+
+    The capacity is `capacity_bytes(device, n_gpus, utilization=utilization)` unless `capacity` (bytes, all GPUs
+    together, before `utilization`) is given, e.g. 160e9 for "2 x 80 GB" read as decimal GB.
+    """
     a = architecture(model)
     spec = device if isinstance(device, GPUSpec) else gpu(device)
     n_gpus = _positive_int("n_gpus", n_gpus)
@@ -162,28 +179,36 @@ def breakdown(model: str | Architecture, device: str | GPUSpec = "A100 80GB", *,
     act_dtype = weight_dtype if weight_dtype in ("fp32", "bf16", "fp16") else "bf16"
     if activations is None:
         activations = activation_bytes(a, min(context, PREFILL_CHUNK), act_dtype)
+    if capacity is None:
+        capacity = capacity_bytes(spec, n_gpus, utilization=utilization)
+    else:
+        if isinstance(capacity, bool) or not isinstance(capacity, (int, float)) or not capacity > 0:
+            raise ValueError(f"capacity must be a positive number of bytes, got {capacity!r}")
+        capacity = float(capacity) * _check_utilization(utilization)
     return MemoryBreakdown(model=a.name, gpu=spec.name, n_gpus=n_gpus, context=context, batch=batch,
                            weight_dtype=weight_dtype, kv_dtype=kv_dtype, weights=a.weight_bytes(weight_dtype),
                            kv_cache=kv_cache_bytes(a, context, batch, kv_dtype), activations=float(activations),
-                           overhead=float(overhead), capacity=capacity_bytes(spec, n_gpus))
+                           overhead=float(overhead), capacity=capacity)
 
 
 def max_batch(model: str | Architecture, device: str | GPUSpec = "A100 80GB", *, n_gpus: int = 1,
               context: int | None = None, weight_dtype: str = "bf16", kv_dtype: str | None = None,
-              overhead: float | None = None, activations: float | None = None, strict: bool = True) -> int:
+              overhead: float | None = None, activations: float | None = None, capacity: float | None = None,
+              utilization: float = 1.0, strict: bool = True) -> int:
     """The largest batch of `context`-token sequences whose KV cache fits beside weights, activations and overhead:
-    floor(free / KV per sequence) (chapter 03).
+    floor(free / KV per sequence); `capacity` and `utilization` as in `breakdown` (chapter 03).
 
     When even the weights (plus overhead and activations) do not fit, raise DoesNotFitError saying by how much, or
     return 0 with strict=False.
     """
     b = breakdown(model, device, n_gpus=n_gpus, context=context, batch=1, weight_dtype=weight_dtype,
-                  kv_dtype=kv_dtype, overhead=overhead, activations=activations)
+                  kv_dtype=kv_dtype, overhead=overhead, activations=activations, capacity=capacity,
+                  utilization=utilization)
     room = b.capacity - b.weights - b.activations - b.overhead
     if room < 0:
         if strict:
             raise DoesNotFitError(
-                f"{b.model} in {weight_dtype} does not fit on {n_gpus} x {b.gpu} ({b.capacity / GB:.0f} GB): weights "
+                f"{b.model} in {weight_dtype} does not fit on {n_gpus} x {b.gpu} ({b.capacity / GB:.1f} GB): weights "
                 f"{b.weights / GB:.1f} GB + activations {b.activations / GB:.1f} GB + overhead {b.overhead / GB:.1f} "
                 f"GB = {(b.capacity - room) / GB:.1f} GB, {-room / GB:.1f} GB too much before any KV cache. Use more "
                 f"GPUs or a smaller weight dtype (int8, int4).")
@@ -445,21 +470,25 @@ def random_model(arch: str | Architecture, *, dtype: str = "bf16", device: torch
     return model
 
 
-def reference_suite(device: torch.device | str | None = None) -> dict:
+def reference_suite(device: torch.device | str | None = None, dtype: str | None = None) -> dict:
     """The chapter's recorded results: measured KV-cache and weight allocations of the book's decoder against the
-    estimate, and the activation peak of prefill and decode (chapter 03)."""
+    estimate, and the activation peak of prefill and decode, in `dtype` (default: the fastest of bf16, fp16 and
+    fp32 measured on the device, as in the chapter) (chapter 03)."""
     dev = as_device(device)
+    if dtype is None:
+        from .hardware import measured_ceilings
+        dtype = measured_ceilings(dev).fastest(("bf16", "fp16", "fp32"))
     arch = architecture("Llama-2-7B").with_layers(2)
-    alloc = measure_allocation(lambda: random_model(arch, device=dev), dev)
+    alloc = measure_allocation(lambda: random_model(arch, dtype=dtype, device=dev), dev)
     model = alloc.result
-    values = {"weights_measured_gb": alloc.retained / GB, "weights_estimated_gb": arch.weight_bytes("bf16") / GB}
+    values = {"weights_measured_gb": alloc.retained / GB, "weights_estimated_gb": arch.weight_bytes(dtype) / GB}
     xs, ys, es = [], [], []
     for batch, ctx in [(1, 1024), (4, 1024), (4, 4096), (8, 4096)]:
         model.cache = None
         a = measure_allocation(lambda: model.setup_cache(batch, ctx), dev)
         xs.append(float(batch * ctx))
         ys.append(a.retained / GB)
-        es.append(kv_cache_bytes(arch, ctx, batch, "bf16") / GB)
+        es.append(kv_cache_bytes(arch, ctx, batch, dtype) / GB)
         del a
     model.cache = None
     model.setup_cache(1, 1100)
@@ -468,9 +497,9 @@ def reference_suite(device: torch.device | str | None = None) -> dict:
     for n in (256, 1024):
         pre = measure_allocation(lambda: model.prefill(tokens[:, :n]), dev)
         values[f"prefill_{n}_peak_gb"] = pre.peak / GB
-        values[f"prefill_{n}_estimated_gb"] = activation_bytes(arch, n) / GB
+        values[f"prefill_{n}_estimated_gb"] = activation_bytes(arch, n, dtype) / GB
     dec = measure_allocation(lambda: model.decode_step(tokens[:, -1]), dev)
-    values.update(decode_peak_gb=dec.peak / GB, decode_estimated_gb=activation_bytes(arch, 1) / GB)
+    values.update(decode_peak_gb=dec.peak / GB, decode_estimated_gb=activation_bytes(arch, 1, dtype) / GB)
     return {"values": values,
             "series": {"kv_measured_vs_tokens": {"x": xs, "y": ys, "x_label": "batch x context (tokens)",
                                                  "y_label": "KV cache allocated (GB)"},
