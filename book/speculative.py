@@ -5,7 +5,7 @@ from typing import Sequence
 
 import torch
 
-__all__ = ["logits_of", "acceptance_rates", "windows"]
+__all__ = ["logits_of", "acceptance_rates", "windows", "tail_loop"]
 
 
 def logits_of(model, tokens: torch.Tensor) -> torch.Tensor:
@@ -13,6 +13,28 @@ def logits_of(model, tokens: torch.Tensor) -> torch.Tensor:
     if hasattr(model, "config"):                      # transformers
         return model(input_ids=tokens).logits.float()
     return model(tokens).float()                      # book.llama.Llama
+
+
+def tail_loop(tokens: Sequence[int] | torch.Tensor, min_tokens: int = 12) -> tuple[int, int]:
+    """The loop a token sequence ends in, as (period, tokens it covers); (0, 0) when it ends in none.
+
+    A sequence ends in a loop of period p when its last tokens repeat the p tokens before them: at least two full
+    copies of the cycle (a trailing partial copy counts too) covering at least `min_tokens` tokens. Greedy decoding
+    of a small model often ends this way, the same line or word over and over (appendix A). Of the periods that
+    qualify, the one covering the most tokens wins (the shortest on a tie).
+    """
+    t = tokens.tolist() if isinstance(tokens, torch.Tensor) else list(tokens)
+    if min_tokens < 2:
+        raise ValueError(f"min_tokens must be at least 2, got {min_tokens}")
+    best = (0, 0)
+    for p in range(1, len(t) // 2 + 1):
+        run = 0
+        while run < len(t) - p and t[-1 - run] == t[-1 - run - p]:
+            run += 1
+        covered = run + p
+        if run >= p and covered >= min_tokens and covered > best[1]:
+            best = (p, covered)
+    return best
 
 
 def windows(tokens: torch.Tensor, length: int, max_windows: int | None = None) -> torch.Tensor:
