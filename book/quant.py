@@ -124,7 +124,7 @@ def compare_linear(k: int, n: int, *, batches: tuple[int, ...] = (1, 512), devic
     dev = as_device(device)
     w = random_tensor(n, k, device=dev, dtype=torch.bfloat16)
     lines = [f"weight [{n} x {k}] on {dev.type}, median time of {repeats} runs; predicted: the roofline",
-             "with the measured ceilings; error: vs the bf16 product (int4's ~10% is quantization)"]
+             "with the measured ceilings; error: vs the fp32 product of the same weights and inputs"]
     rows = []                                     # (precision, batch, seconds, weight bytes, error)
     for p in precisions:
         try:

@@ -64,18 +64,16 @@ def compare(measured: float, predicted: float, *, what: str, unit: str = "", tol
     r = m / p
     gap = abs(r - 1)
     vals = {"measured": m, "predicted": p, "ratio": r}
-    head = f"{what}: measured {_fmt(m, unit)}, {against} {_fmt(p, unit)} (ratio {r:.2f})"
     ref = "the prediction" if against == "predicted" else against
+    head = f"{what}: measured {_fmt(m, unit)}, {against} {_fmt(p, unit)}, a ratio of {r:.2f}"
     if spread is not None and _num(spread, "spread") > max(tol, gap):
         return Verdict(f"{head}; the run-to-run spread ({spread:.0%}) is larger than the gap, so this run "
                        f"cannot tell whether they agree.", "noisy", vals)
     if gap <= tol:
         return Verdict(f"{head}: they agree within {tol:.0%}.", "agrees", vals)
-    if r > 1:
-        return Verdict(f"{head}: the measurement is {r:.2f}x {ref}" + (f"; {above}" if above else ".")
-                       + ("" if not above or above.endswith(".") else "."), "above", vals)
-    return Verdict(f"{head}: the measurement is {1 / r:.2f}x below the prediction" + (f"; {below}" if below else ".")
-                   + ("" if not below or below.endswith(".") else "."), "below", vals)
+    reason = above if r > 1 else below
+    side = "above" if r > 1 else "below"
+    return Verdict(f"{head}: {side} {ref}" + (f"; {reason.rstrip('.')}." if reason else "."), side, vals)
 
 
 def ratio(a: float, b: float, *, a_name: str, b_name: str, what: str = "time", tol: float = 0.1,
@@ -117,8 +115,10 @@ def bound(mbu: float, mfu: float, *, what: str = "this step", at_least: float = 
 
 
 def trend(xs: Sequence[float], ys: Sequence[float], *, what: str, x_name: str, unit: str = "",
-          flat: float = 0.15) -> Verdict:
-    """Whether `ys` rise, fall or stay flat (within `flat`, relative) from the first x to the last (chapter 00)."""
+          flat: float = 0.15, spread: float | None = None) -> Verdict:
+    """Whether `ys` rise, fall or stay flat (within `flat`, relative) from the first x to the last; 'noisy' when
+    the change is within the measurements' relative `spread`, or the series zigzags by more than its net change
+    (chapter 00)."""
     if len(xs) != len(ys) or len(xs) < 2:
         raise ValueError(f"need two equal-length series of at least 2 points, got {len(xs)} and {len(ys)}")
     y0, y1 = _num(ys[0], "first y"), _num(ys[-1], "last y")
@@ -127,6 +127,13 @@ def trend(xs: Sequence[float], ys: Sequence[float], *, what: str, x_name: str, u
     r = y1 / y0
     vals = {"first": y0, "last": y1, "ratio": r}
     span = f"from {_fmt(y0, unit)} at {x_name} {xs[0]:,} to {_fmt(y1, unit)} at {xs[-1]:,}"
+    ys_f = [_num(y, "y") for y in ys]
+    steps = [b - a for a, b in zip(ys_f, ys_f[1:])]
+    against = sum(abs(d) for d in steps if (d > 0) != (y1 > y0))     # movement against the net direction
+    if (spread is not None and abs(r - 1) <= _num(spread, "spread")) or against > abs(y1 - y0):
+        why = (f"within the run-to-run spread ({spread:.0%})" if spread is not None and abs(r - 1) <= spread
+               else "and the points in between move up and down by more than that")
+        return Verdict(f"{what} goes {span} (x{r:.2f}), {why}: too noisy to call a trend.", "noisy", vals)
     if abs(r - 1) <= flat:
         return Verdict(f"{what} stays within {flat:.0%} {span} (x{r:.2f}).", "flat", vals)
     return Verdict(f"{what} {'rises' if r > 1 else 'falls'} {span} (x{r:.2f}).", "rises" if r > 1 else "falls", vals)

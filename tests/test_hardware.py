@@ -73,11 +73,15 @@ def test_measured_ceilings_are_cached_in_memory_and_in_the_build_file(monkeypatc
     c1 = hw.measured_ceilings("cpu", dtypes=["fp32"], refresh=True, rounds=3)
     assert hw.measured_ceilings("cpu", dtypes=["fp32"]) is c1
     assert c1.decode_bw == c1.read_bw and c1.ridge_point("fp32") == c1.matmul["fp32"] / c1.read_bw
+    # the read bandwidth is the fastest read measured: sum, or a matrix-vector product of the same bytes
+    assert c1.read_bw == max(c1.read_sum_bw, c1.matvec_bw("fp32"))
+    assert (c1.read_kernel == "sum") == (c1.read_sum_bw >= c1.matvec_bw("fp32"))
     assert len(c1.samples["read"]) == 3 and len(c1.samples["matmul fp32"]) == 3 and c1.spread("read") >= 0
     assert c1.matvec_bw("fp32") == max(c1.matvec["fp32"].values()) and c1.matvec_path("fp32") in c1.matvec["fp32"]
     hw._CEILINGS.clear()                                     # a new kernel of the same build reads the file
     c2 = hw.measured_ceilings("cpu", dtypes=["fp32"])
     assert c2.read_bw == c1.read_bw and c2.matmul == c1.matmul and c2.cache_file == str(tmp_path / "ceilings.json")
+    assert c2.read_kernel == c1.read_kernel
     table = c2.table()
     for needle in ("memory read bandwidth", "matmul fp32", "none in the catalog", "matrix-vector fp32",
                    "spread (n)", "shared by every chapter"):

@@ -52,3 +52,19 @@ def test_bad_names_are_rejected():
         K.matvec(torch.ones(2, 2), torch.ones(2), "gemv9")
     with pytest.raises(ValueError, match="positive"):
         K.measure_matvec(0, "cpu")
+
+
+def test_the_compiled_path_serves_many_shapes_and_falls_back_when_it_fails(monkeypatch, capsys):
+    # a decoder has more weight shapes than torch.compile's recompile limit (8) allows static graphs for
+    for n in range(1, 13):
+        w, x = torch.randn(8 * n, 16), torch.randn(16)
+        torch.testing.assert_close(K.matvec(w, x, "mulsum"), w @ x, rtol=1e-4, atol=1e-4)
+    K.set_matvec_path("cpu", torch.float32, "mulsum")
+
+    def broken(w, x):
+        raise RuntimeError("recompile limit (forced by the test)")
+    monkeypatch.setattr(K, "mulsum", broken)
+    w, x = torch.randn(8, 4), torch.randn(4)
+    torch.testing.assert_close(K.matvec(w, x, "mulsum"), w @ x)
+    assert K.matvec_path("cpu", torch.float32) == "linear"
+    assert "using F.linear from now on" in capsys.readouterr().err

@@ -7,9 +7,11 @@ from book import verdict as V
 def test_compare_takes_each_branch():
     assert V.compare(100, 95, what="step", unit="ms").outcome == "agrees"
     above = V.compare(200, 100, what="step", unit="ms", above="the kernel streams below the read bandwidth")
-    assert above.outcome == "above" and "2.00x the prediction" in above.text and "streams below" in above.text
+    assert above.outcome == "above" and "a ratio of 2.00: above the prediction" in above.text
+    assert "streams below" in above.text
     below = V.compare(50, 100, what="step", unit="ms", below="the cache holds the weights")
-    assert below.outcome == "below" and "2.00x below" in below.text and "cache holds" in below.text
+    assert below.outcome == "below" and "a ratio of 0.50: below the prediction" in below.text
+    assert "cache holds" in below.text
     noisy = V.compare(130, 100, what="step", unit="ms", spread=0.6)
     assert noisy.outcome == "noisy" and "cannot tell" in noisy.text
     # a spread smaller than the gap does not hide a real difference
@@ -28,6 +30,10 @@ def test_ratio_bound_trend_pick_say():
     assert V.trend([16, 2048], [73, 111], what="step time", x_name="context").outcome == "rises"
     assert V.trend([16, 2048], [73, 75], what="step time", x_name="context").outcome == "flat"
     assert V.trend([1, 2], [10, 5], what="y", x_name="x").outcome == "falls"
+    # a zigzag larger than the net change, or a change inside the spread, is not a trend
+    assert V.trend([16, 512, 1024, 2048], [117, 244, 160, 161], what="y", x_name="x").outcome == "noisy"
+    assert V.trend([1, 2], [100, 130], what="y", x_name="x", spread=0.4).outcome == "noisy"
+    assert V.trend([1, 2, 3], [100, 120, 140], what="y", x_name="x", spread=0.1).outcome == "rises"
     p = V.pick(0.12, [(lambda v: v < 0.1, "well below a tenth ({v:.2f})"), (lambda v: v < 0.2, "near ({v:.2f})")],
                otherwise="above ({v:.2f})", outcome_names=["below", "near"])
     assert p.outcome == "near" and "0.12" in p.text
@@ -53,4 +59,4 @@ def test_verdicts_render_as_markdown_and_reject_bad_input():
 
 def test_compare_can_name_a_reference_that_is_not_a_prediction():
     v = V.compare(60, 40, what="first call", unit="ms", against="the median", above="one-off costs")
-    assert "the median 40 ms" in v.text and "1.50x the median" in v.text and "predicted" not in v.text
+    assert "the median 40 ms" in v.text and "above the median" in v.text and "predicted" not in v.text
