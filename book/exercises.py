@@ -16,6 +16,13 @@ def _fmt(x: float) -> str:
     return f"{x:,.4g}"
 
 
+def _tol(rel_tol: float) -> str:
+    if rel_tol <= 0:
+        return "exactly"
+    return f"within {rel_tol:.0%}" if rel_tol >= 0.01 else f"within {rel_tol:.1%}" if rel_tol >= 0.001 else \
+        f"within {rel_tol:.1e} relative"
+
+
 def check_number(answer: float | None, expected: float, *, rel_tol: float = 0.05, unit: str = "",
                  why: str = "") -> bool:
     """Compare a numeric answer with the expected value within a relative tolerance; print the verdict (chapter 00)."""
@@ -33,11 +40,11 @@ def check_number(answer: float | None, expected: float, *, rel_tol: float = 0.05
         return False
     ok = math.isclose(value, expected, rel_tol=rel_tol)
     if ok:
-        print(f"✓ Right: {_fmt(value)}{u} (expected {_fmt(expected)}{u}, within {rel_tol:.0%}).")
+        print(f"✓ Right: {_fmt(value)}{u} (expected {_fmt(expected)}{u}, {_tol(rel_tol)}).")
     else:
         off = value / expected if expected else float("inf")
         hint = f" You are off by a factor of {off:.3g}: check the units." if off > 5 or off < 0.2 else ""
-        print(f"✗ Not quite: {_fmt(value)}{u}, expected {_fmt(expected)}{u} (within {rel_tol:.0%}).{hint}")
+        print(f"✗ Not quite: {_fmt(value)}{u}, expected {_fmt(expected)}{u} ({_tol(rel_tol)}).{hint}")
     if why:
         print("  Why: " + why)
     return ok

@@ -32,6 +32,7 @@ ROOT = Path(__file__).resolve().parent.parent
 WEIGHTS = Path(__file__).resolve().parent / "weights"      # shipped inside the package
 CHECKPOINTS = ROOT / "checkpoints"                          # ignored by git
 FIGURE = ROOT / "figures" / "training_loss.png"
+EVAL_WINDOWS = 48   # validation windows scored during training (the model card scores all of them)
 EOS = "<|endoftext|>"
 _TEST_DIRS = {"test", "tests", "idle_test"}
 
@@ -166,7 +167,7 @@ class TrainConfig:
     weight_decay: float = 0.1
     grad_clip: float = 1.0
     eval_every: int = 200
-    eval_windows: int = 48
+    eval_windows: int = EVAL_WINDOWS
     ckpt_every: int = 50
     seed: int = 0
 
@@ -357,7 +358,7 @@ def plot_loss(logs: dict[str, dict], path: Path | None = FIGURE):
         steps, losses = zip(*[(s, l) for s, l in train_curve])
         ax.plot(steps, losses, color=color, alpha=0.45, lw=1, label=f"{name} train")
         ax.plot([v[0] for v in val_curve], [v[1] for v in val_curve], "o-", color=color, ms=4,
-                label=f"{name} validation")
+                label=f"{name} validation (first {EVAL_WINDOWS} windows)")
     ax.set_xlabel("optimizer step")
     ax.set_ylabel("loss (nats per token)")
     ax.set_ylim(bottom=max(0.0, ax.get_ylim()[0]), top=min(ax.get_ylim()[1], 5.0))
