@@ -99,7 +99,7 @@ def bench_decode(model: str = "Llama-2-7B", *, layers: int | None = None, dtype:
 
     c = measured_ceilings(dev)
     if dtype not in c.matvec:
-        raise ValueError(f"{dtype} is only a slow fallback on {c.device} (no faster than fp32); use --dtype "
+        raise ValueError(f"{dtype} is only a slow fallback on {c.device} (not clearly faster than fp32); use --dtype "
                          f"{c.fastest(('bf16', 'fp32'))}")
     read_bw, copy_bw, matvec_bw, mv_path = c.read_bw, c.copy_bw, c.matvec_bw(dtype), c.matvec_path(dtype)
     tested = bw_bytes or c.bytes_tested

@@ -114,7 +114,7 @@ def compare_linear(k: int, n: int, *, batches: tuple[int, ...] = (1, 512), devic
 
     A precision whose kernel fails on this device (int4 packing needs a recent torch and, on CUDA, an Ampere or
     newer GPU) gives one line, "note: int4 packing failed on this device (reason); int4 rows are left out", and the
-    other rows still come out. Precisions in `fallbacks` (`Ceilings.fallbacks`: no faster than fp32 here) are
+    other rows still come out. Precisions in `fallbacks` (`Ceilings.fallbacks`: not clearly faster than fp32 here) are
     marked "*" and labelled a slow fallback. `results`, when given, receives one dict per timed row (precision,
     batch, seconds, nbytes, predicted seconds or None, error), for verdicts computed from the table."""
     from .device import as_device, synchronize
@@ -165,5 +165,5 @@ def compare_linear(k: int, n: int, *, batches: tuple[int, ...] = (1, 512), devic
                             "error": err})
     shown = [p for p in fallbacks if any(row[0] == p for row in rows)]
     if shown:
-        lines.append(f"* {', '.join(shown)}: a slow fallback on this device (no faster than fp32)")
+        lines.append(f"* {', '.join(shown)}: a slow fallback on this device (not clearly faster than fp32)")
     return lines
