@@ -315,23 +315,27 @@ class Ceilings:
             n = len(self.samples.get(name, ()))
             return f"+-{self.spread(name) / 2:.0%} ({n})" if n > 1 else "-"
 
-        rows = [(f"memory read bandwidth ({self.read_kernel})", f"{self.read_bw / GB:,.1f} GB/s",
+        rows = [(f"read bandwidth ({self.read_kernel})", f"{self.read_bw / GB:,.1f} GB/s",
                  spread("read") if self.read_kernel == "sum" else "-",
                  f"{ds.bandwidth_gbs:,.0f} GB/s" if ds else "-"),
-                ("memory copy bandwidth (read+write)", f"{self.copy_bw / GB:,.1f} GB/s", spread("copy"),
+                ("copy bandwidth (read+write)", f"{self.copy_bw / GB:,.1f} GB/s", spread("copy"),
                  f"{ds.bandwidth_gbs:,.0f} GB/s" if ds else "-")]
         for name, rate in self.matmul.items():
             sheet = f"{ds.tflops[name]:,.1f} TFLOP/s" if ds and name in ds.tflops else "-"
             label = f"matmul {name} (n={self.matmul_sizes[name]})" + (" *" if name in self.fallbacks else "")
             rows.append((label, f"{rate / TFLOP:,.3f} TFLOP/s", spread(f"matmul {name}"), sheet))
         if self.read_kernel != "sum":
-            rows.append(("memory read bandwidth (sum)", f"{self.read_sum_bw / GB:,.1f} GB/s", spread("read"), "-"))
+            rows.append(("read bandwidth (sum)", f"{self.read_sum_bw / GB:,.1f} GB/s", spread("read"), "-"))
         for name in self.matvec:
             rows.append((f"matrix-vector {name} ({self.matvec_path(name)})", f"{self.matvec_bw(name) / GB:,.1f} GB/s",
                          "-", "-"))
         w = max(len(r[0]) for r in rows)
-        lines = [f"{'ceiling':<{w}}  {'measured':>16}  {'spread (n)':>11}  {'datasheet':>15}"]
-        lines += [f"{a:<{w}}  {b:>16}  {c:>11}  {d:>15}" for a, b, c, d in rows]
+        if ds:
+            lines = [f"{'ceiling':<{w}}  {'measured':>15}  {'spread (n)':>10}  {'datasheet':>15}"]
+            lines += [f"{a:<{w}}  {b:>15}  {c:>10}  {d:>15}" for a, b, c, d in rows]
+        else:   # no datasheet column for a device the catalog does not have (keeps the table in the column)
+            lines = [f"{'ceiling':<{w}}  {'measured':>15}  {'spread (n)':>10}"]
+            lines += [f"{a:<{w}}  {b:>15}  {c:>10}" for a, b, c, _ in rows]
         if self.fallbacks:
             lines.append(f"* {', '.join(self.fallbacks)}: a slow fallback here (not 1.25x fp32); never chosen")
         lines.append(f"device: {self.device}; bandwidth tensors {self.bytes_tested / 2**20:,.0f} MiB")

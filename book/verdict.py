@@ -62,7 +62,7 @@ def compare(measured: float, predicted: float, *, what: str, unit: str = "", tol
     if p <= 0 or m < 0 or tol <= 0:
         raise ValueError(f"need predicted > 0, measured >= 0, tol > 0; got {predicted}, {measured}, {tol}")
     r = m / p
-    gap = abs(r - 1)
+    gap = max(r, 1 / r) - 1 if r > 0 else float("inf")   # symmetric: half and double are the same distance
     vals = {"measured": m, "predicted": p, "ratio": r}
     ref = "the prediction" if against == "predicted" else against
     head = f"{what}: measured {_fmt(m, unit)}, {against} {_fmt(p, unit)}, a ratio of {r:.2f}"

@@ -60,3 +60,8 @@ def test_verdicts_render_as_markdown_and_reject_bad_input():
 def test_compare_can_name_a_reference_that_is_not_a_prediction():
     v = V.compare(60, 40, what="first call", unit="ms", against="the median", above="one-off costs")
     assert "the median 40 ms" in v.text and "above the median" in v.text and "predicted" not in v.text
+
+
+def test_a_factor_of_two_below_counts_as_far_as_a_factor_of_two_above():
+    assert V.compare(15.4, 31.3, what="B=1 product", spread=0.52).outcome == "below"
+    assert V.compare(62.6, 31.3, what="B=1 product", spread=0.52).outcome == "above"
