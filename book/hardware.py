@@ -263,8 +263,8 @@ class Ceilings:
     @property
     def read_sum_bw(self) -> float:
         """The median read bandwidth of `sum` alone (chapter 00)."""
-        xs = sorted(self.samples.get("read", ()))
-        return xs[len(xs) // 2] if xs else self.read_bw
+        xs = self.samples.get("read", ())
+        return statistics.median(xs) if xs else self.read_bw
 
     @property
     def decode_bw(self) -> float:
@@ -425,10 +425,6 @@ def _save(key: str, c: Ceilings, path: Path | None) -> Ceilings:
     return replace(c, cache_file=str(path))
 
 
-def _median(xs: list[float]) -> float:
-    return statistics.median(xs)
-
-
 def measured_ceilings(device: torch.device | str | None = None, *, refresh: bool = False,
                       dtypes: list[str] | None = None, rounds: int = 5) -> Ceilings:
     """The device's ceilings, measured once and shared (chapter 00): read and copy bandwidth and the matmul rate of
@@ -472,9 +468,9 @@ def measured_ceilings(device: torch.device | str | None = None, *, refresh: bool
     finally:
         torch.backends.cuda.matmul.allow_tf32 = allow
     del x, operands
-    rates = {name: _median(samples[f"matmul {name}"]) for name in dtypes}
+    rates = {name: statistics.median(samples[f"matmul {name}"]) for name in dtypes}
     name = device_name(dev)
-    c = Ceilings(device=name, kind=dev.type, read_bw=_median(samples["read"]), copy_bw=_median(samples["copy"]),
+    c = Ceilings(device=name, kind=dev.type, read_bw=statistics.median(samples["read"]), copy_bw=statistics.median(samples["copy"]),
                  matmul=rates, bytes_tested=nbytes, matmul_sizes=sizes,
                  datasheet=datasheet_for(name) if dev.type == "cuda" else None,
                  samples={k: tuple(v) for k, v in samples.items()},
