@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from . import kernels
+from .kvcache import KVCache, Packed
 from .device import as_device
 from .models import Architecture, _torch_dtype, dtype_bytes
 
@@ -71,30 +72,52 @@ class Block(nn.Module):
         self.w_gate_up = _weight(2 * a.intermediate, a.hidden, **f)  # rows: gate, then up
         self.w_down = _weight(a.hidden, a.intermediate, **f)
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: torch.Tensor,
-                positions: torch.Tensor, kv: tuple[torch.Tensor, torch.Tensor] | None, kv_len: int) -> torch.Tensor:
-        """x [B,T,h] -> [B,T,h]; writes this layer's new keys/values into `kv` at `positions` (chapter 01)."""
+    def project(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
+                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """x [B,T,h] -> q [B,T,H,hd], k and v [B,T,KV,hd], RoPE applied to q and k (chapter 01)."""
         B, T, _ = x.shape
         H, KV, hd = self.n_heads, self.n_kv, self.hd
         q, k, v = linear(self.attn_norm(x), self.wqkv).split([H * hd, KV * hd, KV * hd], dim=-1)
         q, k, v = q.view(B, T, H, hd), k.view(B, T, KV, hd), v.view(B, T, KV, hd)
-        q, k = rope(q, cos, sin), rope(k, cos, sin)
-        if kv is None:                                          # no cache: attend to the new tokens only
-            k, v = k.transpose(1, 2), v.transpose(1, 2)         # [B,KV,T,hd]
-        else:                                                   # write at each sequence's own positions ...
-            k_cache, v_cache = kv                               # [B,KV,max_len,hd]
-            rows = torch.arange(B, device=x.device)[:, None]
-            k_cache[rows, :, positions] = k
-            v_cache[rows, :, positions] = v
-            k, v = k_cache[:, :, :kv_len], v_cache[:, :, :kv_len]  # ... and read back only the filled prefix
+        return rope(q, cos, sin), rope(k, cos, sin), v
+
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """q [B,T,H,hd] against keys and values [B,KV,S,hd] under `mask` -> [B,T,H*hd] (chapter 01)."""
+        B, T, H, hd = q.shape
+        KV = self.n_kv
         # Grouped-query attention without copying K/V: the G query heads that share one KV head become G*T queries.
         G = H // KV
         q = q.view(B, T, KV, G, hd).permute(0, 2, 3, 1, 4).reshape(B, KV, G * T, hd)
         o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)   # [B,KV,G*T,hd]
-        o = o.view(B, KV, G, T, hd).permute(0, 3, 1, 2, 4).reshape(B, T, H * hd)
+        return o.view(B, KV, G, T, hd).permute(0, 3, 1, 2, 4).reshape(B, T, H * hd)
+
+    def finish(self, x: torch.Tensor, o: torch.Tensor) -> torch.Tensor:
+        """The residual after attention, then the SwiGLU MLP and its residual: [B,T,h] (chapter 01)."""
         x = x + linear(o, self.wo)
         gate, up = linear(self.mlp_norm(x), self.w_gate_up).chunk(2, dim=-1)
         return x + linear(F.silu(gate) * up, self.w_down)
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: torch.Tensor,
+                positions: torch.Tensor, kv: tuple[torch.Tensor, torch.Tensor] | None, kv_len: int) -> torch.Tensor:
+        """x [B,T,h] -> [B,T,h]; writes this layer's new keys/values into `kv` at `positions` (chapter 01)."""
+        q, k, v = self.project(x, cos, sin)
+        if kv is None:                                          # no cache: attend to the new tokens only
+            k, v = k.transpose(1, 2), v.transpose(1, 2)         # [B,KV,T,hd]
+        else:                                                   # write at each sequence's own positions ...
+            k_cache, v_cache = kv                               # [B,KV,max_len,hd]
+            rows = torch.arange(x.shape[0], device=x.device)[:, None]
+            k_cache[rows, :, positions] = k
+            v_cache[rows, :, positions] = v
+            k, v = k_cache[:, :, :kv_len], v_cache[:, :, :kv_len]  # ... and read back only the filled prefix
+        return self.finish(x, self.attend(q, k, v, mask))
+
+
+def attention_mask(q_pos: torch.Tensor, key_pos: torch.Tensor, group: int) -> torch.Tensor:
+    """Causal mask for queries at positions q_pos [B,T] over keys at key_pos [B,S], shaped for `Block.attend`'s
+    G*T query rows: [B,1,1,S] for one query, [B,1,G*T,S] for more (chapter 01)."""
+    B, T = q_pos.shape
+    mask = key_pos[:, None, :] <= q_pos[:, :, None]                  # [B,T,S]: causal, per sequence
+    return mask[:, None] if T == 1 else mask[:, None, None].expand(B, 1, group, T, -1).reshape(B, 1, group * T, -1)
 
 
 def _check_tokens(tokens: torch.Tensor, device: torch.device, what: str = "tokens") -> None:
@@ -105,67 +128,6 @@ def _check_tokens(tokens: torch.Tensor, device: torch.device, what: str = "token
     if tokens.device != device:
         raise ValueError(f"{what} are on {tokens.device} but the model is on {device}; "
                          f"move them with .to({str(device)!r})")
-
-
-class KVCache:
-    """Preallocated keys and values [layers, batch, KV heads, max_len, head dim] and per-sequence lengths (chapter 02).
-
-    `lengths` lives on the host, so slicing to the filled prefix needs no device sync; rewinding is O(1).
-    """
-
-    def __init__(self, n_layers: int, batch: int, n_kv_heads: int, max_len: int, head_dim: int, *,
-                 dtype: torch.dtype, device: torch.device | str):
-        if batch < 1 or max_len < 1:
-            raise ValueError(f"a KV cache needs batch >= 1 and max_len >= 1, got batch={batch}, max_len={max_len}")
-        shape = (n_layers, batch, n_kv_heads, max_len, head_dim)
-        self.k = torch.zeros(shape, dtype=dtype, device=device)
-        self.v = torch.zeros(shape, dtype=dtype, device=device)
-        self.lengths = torch.zeros(0, dtype=torch.long)   # one entry per active sequence, on the host
-
-    @property
-    def batch(self) -> int:
-        """Sequences the cache was allocated for (chapter 02)."""
-        return self.k.shape[1]
-
-    @property
-    def max_len(self) -> int:
-        """Positions the cache holds per sequence (chapter 02)."""
-        return self.k.shape[3]
-
-    @property
-    def nbytes(self) -> int:
-        """Bytes allocated for keys and values (chapter 02)."""
-        return 2 * self.k.numel() * self.k.element_size()
-
-    def reset(self, batch: int) -> None:
-        """Start `batch` empty sequences (chapter 02)."""
-        if batch > self.batch:
-            raise ValueError(f"batch of {batch} sequences, but the KV cache was allocated for {self.batch}; "
-                             f"call setup_cache(batch={batch}, ...) first")
-        self.lengths = torch.zeros(batch, dtype=torch.long)
-
-    def fill_random(self, batch: int, length: int, seed: int = 0) -> None:
-        """Start `batch` sequences whose first `length` positions hold random keys and values, without computing
-        them: a decode step can then be timed at any context (chapter 02)."""
-        self.reset(batch)
-        if not 0 <= length < self.max_len:
-            raise ValueError(f"length must be in 0..{self.max_len - 1} (one position left to decode), got {length}")
-        g = torch.Generator(device=self.k.device).manual_seed(seed)
-        for t in (self.k, self.v):
-            t[:, :batch, :, :length].normal_(generator=g)
-        self.lengths = torch.full((batch,), length, dtype=torch.long)
-
-    def rewind(self, lengths: int | Sequence[int] | torch.Tensor) -> None:
-        """Forget everything after `lengths` (one int for all sequences, or one per sequence); O(1) (chapter 02)."""
-        new = torch.as_tensor(lengths, dtype=torch.long).cpu().flatten()
-        if new.numel() == 1 and self.lengths.numel() != 1:
-            new = new.expand(self.lengths.numel())
-        if new.shape != self.lengths.shape:
-            raise ValueError(f"rewind needs {self.lengths.numel()} lengths (one per sequence), got {new.numel()}")
-        if (new < 0).any() or (new > self.lengths).any():
-            raise ValueError(f"can only rewind to 0..current length; current {self.lengths.tolist()}, "
-                             f"asked {new.tolist()}")
-        self.lengths = new.clone()
 
 
 def pad_prompts(prompts: Sequence[Sequence[int]] | torch.Tensor, pad_id: int = 0,
@@ -340,9 +302,7 @@ class Llama(nn.Module):
         x = F.embedding(tokens, self.embed)
         cos, sin = self._rope(positions)
         key_pos = positions if k is None else torch.arange(kv_len, device=tokens.device)[None].expand(B, -1)
-        mask = key_pos[:, None, :] <= positions[:, :, None]           # [B,T,S]: causal, per sequence
-        G = self.arch.n_heads // self.arch.n_kv_heads
-        mask = mask[:, None] if T == 1 else mask[:, None, None].expand(B, 1, G, T, -1).reshape(B, 1, G * T, -1)
+        mask = attention_mask(positions, key_pos, self.arch.n_heads // self.arch.n_kv_heads)
         for i, blk in enumerate(self.blocks):
             x = blk(x, cos, sin, mask, positions, None if k is None else (k[i, :B], v[i, :B]), kv_len)
         return x
@@ -405,6 +365,26 @@ class Llama(nn.Module):
         tokens = tokens[None] if tokens.dim() == 1 else tokens
         _check_tokens(tokens, self.device)
         return self._append(tokens, lengths, all_logits=True)
+
+    @torch.no_grad()
+    def forward_packed(self, p: Packed, cache) -> torch.Tensor:
+        """One step of a serving engine: the tokens of many sequences, each at its own positions, packed into one row
+        so every weight is read once for all of them; keys and values go to and come from `cache` (a slot or paged
+        cache of `book.kvcache`) and attention runs group by group. Returns the logits [n,V] of the tokens at
+        `p.sample_at` (chapter 04)."""
+        H, hd, dev = self.arch.n_heads, self.arch.head_dim, self.device
+        G = H // self.arch.n_kv_heads
+        x = F.embedding(p.tokens[None], self.embed)                        # [1,N,h]
+        cos, sin = self._rope(p.positions[None])
+        masks = [attention_mask(g.q_pos, torch.arange(g.kv_len, device=dev)[None].expand(g.batch, -1), G)
+                 for g in p.groups]
+        for i, blk in enumerate(self.blocks):
+            q, k, v = blk.project(x, cos, sin)                             # [1,N,heads,hd]
+            cache.write(i, p.write, k[0], v[0])
+            o = [blk.attend(q[0, g.lo:g.hi].view(g.batch, g.T, H, hd), *cache.read(i, g.read), m).view(1, -1, H * hd)
+                 for g, m in zip(p.groups, masks)]
+            x = blk.finish(x, o[0] if len(o) == 1 else torch.cat(o, 1))
+        return self._logits(x[0, p.sample_at])
 
     def _decode(self, tokens: torch.Tensor, positions: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                 kv_len: int) -> torch.Tensor:

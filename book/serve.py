@@ -1,0 +1,529 @@
+"""Serving many requests with the book's decoder: requests and their timestamps, an iteration-level (continuous
+batching) engine on a slot or paged KV cache, static batching as the baseline, Poisson load, and the report that
+turns a run into throughput and latency percentiles (chapter 04).
+
+Every time in a `Report` is read from a real clock while the model runs; the clock can be replaced only so that unit
+tests run fast.
+"""
+from __future__ import annotations
+
+import math
+import random
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+import torch
+
+from .decode import SLO, Latency, percentile, summarize
+from .device import synchronize
+from .kvcache import CacheFull, PagedCache, Segment, SlotCache
+
+__all__ = ["Request", "Served", "Step", "Report", "Engine", "POLICIES", "CACHES", "run_static", "poisson_arrivals",
+           "workload", "requests_from"]
+
+POLICIES = ("mixed", "prefill-first")
+CACHES = ("paged", "slot")
+
+
+@dataclass(frozen=True)
+class Request:
+    """One request: prompt token ids, how many tokens to generate, when it arrives (seconds after the run starts),
+    an optional end-of-sequence id, and greedy (temperature 0) or sampled decoding (chapter 04)."""
+    prompt: tuple[int, ...]
+    max_new_tokens: int
+    arrival: float = 0.0
+    eos_token_id: int | None = None
+    temperature: float = 0.0
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "prompt", tuple(int(t) for t in self.prompt))
+        if not self.prompt:
+            raise ValueError("a request needs a prompt of at least one token; got an empty prompt")
+        if min(self.prompt) < 0:
+            raise ValueError(f"token ids are >= 0; the prompt holds {min(self.prompt)}")
+        if not isinstance(self.max_new_tokens, int) or self.max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be an integer >= 1, got {self.max_new_tokens!r}")
+        if not math.isfinite(self.arrival) or self.arrival < 0:
+            raise ValueError(f"arrival must be a time >= 0 in seconds, got {self.arrival}")
+        if not self.temperature >= 0:
+            raise ValueError(f"temperature must be >= 0 (0 is greedy), got {self.temperature}")
+
+
+@dataclass
+class Served:
+    """What happened to one request: its tokens, when each was ready (seconds after the request arrived), when it
+    left the queue, and whether it finished or was rejected, and why (chapter 04)."""
+    request: Request
+    index: int
+    tokens: list[int] = field(default_factory=list)
+    times: list[float] = field(default_factory=list)
+    started: float | None = None        # seconds after arrival when its first step began: the queueing delay
+    status: str = "pending"             # pending, waiting, running, finished, rejected
+    reason: str = ""
+    preemptions: int = 0
+
+    @property
+    def latency(self) -> Latency:
+        """TTFT (queueing included), TPOT and E2E of this request, as in chapter 01 (chapter 04)."""
+        return Latency.from_times(self.times)
+
+
+@dataclass(frozen=True)
+class Step:
+    """One step of a run: when it began and ended (seconds after the run started), which requests it prefilled and
+    how many tokens of each, which it decoded, which rows it computed for requests already done (static batching's
+    padding), and the host time spent scheduling rather than in the model (chapter 04)."""
+    start: float
+    end: float
+    prefill: tuple[tuple[int, int], ...]
+    decode: tuple[int, ...]
+    padding: tuple[int, ...] = ()
+    schedule_s: float = 0.0
+
+    @property
+    def tokens(self) -> int:
+        """Tokens the model processed for real requests in this step (chapter 04)."""
+        return sum(n for _, n in self.prefill) + len(self.decode)
+
+
+@dataclass
+class Report:
+    """A run: every request's fate and every step, with throughput and latency percentiles (chapter 04)."""
+    name: str
+    served: list[Served]
+    steps: list[Step]
+
+    def check(self) -> None:
+        """Every request either finished with exactly its tokens or was rejected with a reason; none lost or twice
+        (chapter 04)."""
+        seen = sorted(s.index for s in self.served)
+        if seen != list(range(len(self.served))):
+            raise AssertionError(f"{self.name}: requests lost or duplicated: {seen}")
+        for s in self.served:
+            r = s.request
+            if s.status == "rejected":
+                if not s.reason or s.tokens:
+                    raise AssertionError(f"{self.name}: request {s.index} rejected without a reason or with tokens")
+            elif s.status != "finished":
+                raise AssertionError(f"{self.name}: request {s.index} is {s.status}, not finished or rejected")
+            elif not (len(s.tokens) == r.max_new_tokens or (r.eos_token_id is not None and s.tokens
+                                                             and s.tokens[-1] == r.eos_token_id)):
+                raise AssertionError(f"{self.name}: request {s.index} has {len(s.tokens)} of {r.max_new_tokens} "
+                                     f"tokens")
+            elif len(s.times) != len(s.tokens):
+                raise AssertionError(f"{self.name}: request {s.index} has a timestamp missing")
+
+    @property
+    def finished(self) -> list[Served]:
+        return [s for s in self.served if s.status == "finished"]
+
+    @property
+    def rejected(self) -> list[Served]:
+        return [s for s in self.served if s.status == "rejected"]
+
+    @property
+    def wall(self) -> float:
+        """Seconds from the first arrival to the last step's end (chapter 04)."""
+        if not self.steps:
+            return 0.0
+        first = min(s.request.arrival for s in self.served)
+        return self.steps[-1].end - first
+
+    @property
+    def generated(self) -> int:
+        return sum(len(s.tokens) for s in self.served)
+
+    @property
+    def throughput(self) -> float:
+        """Generated tokens per second of the run (chapter 04)."""
+        return self.generated / self.wall if self.wall > 0 else 0.0
+
+    def latencies(self) -> list[Latency]:
+        return [s.latency for s in self.finished]
+
+    def percentiles(self, ps: Sequence[float] = (50, 95, 99)) -> dict[str, dict[float, float]]:
+        """TTFT, TPOT, E2E and queueing delay at each percentile, in seconds, over finished requests (chapter 04)."""
+        out = summarize(self.latencies(), ps)
+        q = [s.started for s in self.finished if s.started is not None]
+        out["queue"] = {p: percentile(q, p) for p in ps} if q else {}
+        return out
+
+    def meets(self, slo: SLO) -> bool:
+        """Whether TTFT and TPOT at the SLO's percentile are within its bounds, and nothing was rejected
+        (chapter 04)."""
+        return not self.rejected and all(ok for _, _, ok in slo.check(self.latencies()).values())
+
+    @property
+    def schedule_share(self) -> float:
+        """Host time spent scheduling as a share of all step time (chapter 04)."""
+        busy = sum(s.end - s.start for s in self.steps)
+        return sum(s.schedule_s for s in self.steps) / busy if busy > 0 else 0.0
+
+    @property
+    def mean_batch(self) -> float:
+        """Requests served per step (prefilled or decoded), averaged over steps (chapter 04)."""
+        return sum(len(s.prefill) + len(s.decode) for s in self.steps) / max(1, len(self.steps))
+
+    @property
+    def padding_share(self) -> float:
+        """Rows computed for requests already done, as a share of all rows (static batching's waste) (chapter 04)."""
+        rows = sum(len(s.decode) + len(s.padding) for s in self.steps)
+        return sum(len(s.padding) for s in self.steps) / rows if rows else 0.0
+
+    @property
+    def preemptions(self) -> int:
+        return sum(s.preemptions for s in self.served)
+
+    def row(self) -> dict[str, float]:
+        """The run in numbers: throughput, TTFT/TPOT P50/P95/P99 in ms, mean batch, preemptions (chapter 04)."""
+        p = self.percentiles()
+        out = {"tokens/s": self.throughput, "mean batch": self.mean_batch}
+        for name in ("ttft", "tpot", "queue"):
+            for q in (50, 95, 99):
+                out[f"{name} p{q} ms"] = p[name].get(q, float("nan")) * 1e3
+        out["preemptions"] = self.preemptions
+        out["rejected"] = len(self.rejected)
+        return out
+
+
+# ------------------------------------------------------------------------------------------------------- the engine
+
+class _Seq:
+    """A request inside an engine: the tokens it knows (prompt, then generated) and how many are in the cache."""
+
+    def __init__(self, served: Served, device: torch.device):
+        self.s = served
+        self.known = list(served.request.prompt)
+        self.cached = 0
+        r = served.request
+        self.gen = torch.Generator(device=device).manual_seed(r.seed) if r.temperature > 0 else None
+
+    @property
+    def remaining(self) -> int:
+        return len(self.known) - self.cached
+
+
+def _pick(logits: torch.Tensor, seqs: Sequence[_Seq]) -> list[int]:
+    """Next token of each sequence: greedy rows in one argmax, sampled rows with their own generator."""
+    out = logits.argmax(-1)
+    for i, q in enumerate(seqs):
+        t = q.s.request.temperature
+        if t > 0:
+            probs = torch.softmax(logits[i].float() / t, -1)
+            out[i] = torch.multinomial(probs, 1, generator=q.gen)[0]
+    return out.tolist()                        # one host sync per step
+
+
+def _reject_reason(r: Request, max_len: int, fits: Callable[[int], bool]) -> str:
+    need = len(r.prompt) + r.max_new_tokens
+    if len(r.prompt) >= max_len:
+        return f"a prompt of {len(r.prompt)} tokens leaves no room to generate within {max_len} positions"
+    if need > max_len:
+        return f"prompt {len(r.prompt)} + {r.max_new_tokens} new tokens = {need} positions; the limit is {max_len}"
+    if not fits(need):
+        return f"{need} positions can never fit the KV budget"
+    return ""
+
+
+class Engine:
+    """Iteration-level scheduling on the book's decoder (continuous batching) (chapter 04).
+
+    Every step runs one decode step for every running sequence plus the prefills the policy admits, all packed into
+    one pass of the model (`Llama.forward_packed`): requests join between steps and leave as soon as they finish.
+
+    - policy "mixed": decodes and prefills share a step; "prefill-first": a step that can admit a prompt runs only
+      prefills, and decodes wait (the best TTFT, and the TPOT spikes it costs).
+    - chunk: the most prompt tokens one step prefills (chunked prefill); None prefills whole prompts.
+    - cache "slot": each sequence reserves max_len positions; "paged": blocks of block_size positions as it grows,
+      and when none is free the newest sequence is preempted and later recomputed.
+    - kv_tokens: the KV budget in positions (default: max_batch sequences of max_len); max_len: the longest
+      sequence, prompt plus output (default: the model's context).
+    """
+
+    def __init__(self, model, *, cache: str = "paged", kv_tokens: int | None = None, max_len: int | None = None,
+                 max_batch: int = 16, policy: str = "mixed", chunk: int | None = None, block_size: int = 16):
+        if cache not in CACHES:
+            raise ValueError(f"unknown cache {cache!r}; use one of {', '.join(CACHES)}")
+        if policy not in POLICIES:
+            raise ValueError(f"unknown policy {policy!r}; use one of {', '.join(POLICIES)}")
+        limit = model.arch.max_context
+        max_len = limit if max_len is None else max_len
+        for name, v in (("max_batch", max_batch), ("max_len", max_len), ("block_size", block_size)):
+            if not isinstance(v, int) or v < 1:
+                raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
+        if max_len > limit:
+            raise ValueError(f"max_len {max_len} is longer than {model.arch.name} allows ({limit} tokens)")
+        if chunk is not None and (not isinstance(chunk, int) or chunk < 1):
+            raise ValueError(f"chunk must be None (whole prompts) or an integer >= 1, got {chunk!r}")
+        kv_tokens = max_batch * max_len if kv_tokens is None else kv_tokens
+        if not isinstance(kv_tokens, int) or kv_tokens < 1:
+            raise ValueError(f"kv_tokens must be a positive number of positions, got {kv_tokens!r}")
+        a = model.arch
+        shape = dict(dtype=model.dtype, device=model.device)
+        if cache == "slot":
+            n_slots = min(max_batch, kv_tokens // max_len)
+            if n_slots < 1:
+                raise ValueError(f"a KV budget of {kv_tokens} positions is smaller than one slot of max_len "
+                                 f"{max_len}: no request could ever run; raise kv_tokens or lower max_len")
+            self.cache = SlotCache(a.n_layers, n_slots, a.n_kv_heads, max_len, a.head_dim, **shape)
+        else:
+            n_blocks = kv_tokens // block_size
+            if n_blocks < 1:
+                raise ValueError(f"a KV budget of {kv_tokens} positions is smaller than one block of {block_size}")
+            self.cache = PagedCache(a.n_layers, n_blocks, a.n_kv_heads, block_size, a.head_dim, **shape)
+        self.model, self.kind, self.policy, self.chunk = model, cache, policy, chunk
+        self.max_batch, self.max_len = max_batch, max_len
+        self.name = f"continuous ({cache} cache, {policy}" + (f", chunk {chunk})" if chunk else ")")
+
+    def __repr__(self) -> str:
+        return (f"Engine({self.name}, max_batch={self.max_batch}, KV {self.cache.capacity} positions = "
+                f"{self.cache.nbytes / 2**20:.1f} MiB)")
+
+    # ------------------------------------------------------------------------------------------------ scheduling
+
+    def _preempt(self, victim: _Seq) -> None:
+        """Recompute later: free the victim's cache, send it to the front of the queue (chapter 04)."""
+        self.cache.free(victim.s.index)
+        victim.cached = 0
+        victim.s.preemptions += 1
+        victim.s.status = "waiting"
+        self.running.remove(victim)
+        self.waiting.appendleft(victim)
+
+    def _reserve(self, q: _Seq, n: int) -> bool:
+        """Room for positions 0..n-1 of q, preempting the newest sequences if needed; False if q itself went."""
+        while True:
+            try:
+                self.cache.allocate(q.s.index, n)
+                return True
+            except CacheFull:
+                victim = self.running[-1]
+                self._preempt(victim)
+                if victim is q:
+                    return False
+
+    def _decodes(self) -> list[Segment]:
+        segs = []
+        for q in [q for q in self.running if q.remaining == 1]:
+            if q in self.running and self._reserve(q, q.cached + 1):
+                segs.append(Segment(q.s.index, (q.known[-1],), q.cached, True))
+        return segs
+
+    def _prefills(self) -> list[Segment]:
+        budget = self.chunk or math.inf
+        segs = []
+        for q in [q for q in self.running if q.remaining > 1]:          # chunks of prompts already started
+            if budget <= 0 or q not in self.running:
+                break
+            k = int(min(q.remaining, budget))
+            if self._reserve(q, q.cached + k):
+                segs.append(Segment(q.s.index, tuple(q.known[q.cached:q.cached + k]), q.cached,
+                                    q.cached + k == len(q.known)))
+                budget -= k
+        while budget > 0 and self.waiting and len(self.running) < self.max_batch:   # first come, first served
+            q = self.waiting[0]
+            k = int(min(q.remaining, budget))
+            if not self.cache.can_start(k):
+                break
+            self.waiting.popleft()
+            self.cache.allocate(q.s.index, k)
+            self.running.append(q)
+            q.s.status = "running"
+            if q.s.started is None:
+                q.s.started = self._now() - q.s.request.arrival
+            segs.append(Segment(q.s.index, tuple(q.known[:k]), 0, k == len(q.known)))
+            budget -= k
+        return segs
+
+    def _schedule(self) -> list[Segment]:
+        if self.policy == "prefill-first":
+            segs = self._prefills() or self._decodes()
+        else:
+            segs = self._decodes() + self._prefills()
+        # a sequence scheduled early in the step may have been preempted later in it to make room
+        return [s for s in segs if self._by_index[s.seq] in self.running]
+
+    # ------------------------------------------------------------------------------------------------------ run
+
+    def _now(self) -> float:
+        return self._clock() - self._t0
+
+    def run(self, requests: Sequence[Request], *, clock: Callable[[], float] = time.perf_counter,
+            sleep: Callable[[float], None] = time.sleep) -> Report:
+        """Serve `requests`, each released when its arrival time comes (real time), until every one has finished or
+        been rejected; returns the report (chapter 04)."""
+        served = [Served(r, i) for i, r in enumerate(requests)]
+        if not served:
+            raise ValueError("no requests to serve")
+        self._clock, self._t0 = clock, clock()
+        self.waiting: deque[_Seq] = deque()
+        self.running: list[_Seq] = []
+        self._by_index: dict[int, _Seq] = {}
+        pending = deque(sorted(served, key=lambda s: (s.request.arrival, s.index)))
+        steps: list[Step] = []
+        dev = self.model.device
+        while pending or self.waiting or self.running:
+            now = self._now()
+            while pending and pending[0].request.arrival <= now:
+                s = pending.popleft()
+                reason = _reject_reason(s.request, self.max_len, self.cache.fits)
+                if reason:
+                    s.status, s.reason = "rejected", reason
+                    continue
+                q = _Seq(s, dev)
+                s.status = "waiting"
+                self._by_index[s.index] = q
+                self.waiting.append(q)
+            if not self.waiting and not self.running:
+                if pending:
+                    sleep(max(0.0, pending[0].request.arrival - now))
+                continue
+            t_a = self._now()
+            segs = self._schedule()
+            if not segs:
+                if self.running or not self.waiting:
+                    raise RuntimeError("the scheduler found nothing to run while requests wait: a bug")
+                raise RuntimeError("the first waiting request cannot start on an empty cache: a bug")
+            packed = self.cache.pack(segs)
+            t_b = self._now()
+            logits = self.model.forward_packed(packed, self.cache)
+            sampled = [self._by_index[s.seq] for s in packed.segments if s.sample]
+            tokens = _pick(logits, sampled) if sampled else []
+            synchronize(dev)
+            t_c = self._now()
+            prefill, decode = [], []
+            for seg in packed.segments:
+                q = self._by_index[seg.seq]
+                q.cached += len(seg.tokens)
+                is_decode = len(seg.tokens) == 1 and bool(q.s.tokens) and seg.start == len(q.known) - 1
+                (decode.append(seg.seq) if is_decode else prefill.append((seg.seq, len(seg.tokens))))
+            for q, tok in zip(sampled, tokens):
+                s, r = q.s, q.s.request
+                q.known.append(tok)
+                s.tokens.append(tok)
+                s.times.append(t_c - r.arrival)
+                if len(s.tokens) == r.max_new_tokens or tok == r.eos_token_id:
+                    s.status = "finished"
+                    self.cache.free(s.index)
+                    self.running.remove(q)
+            t_d = self._now()
+            steps.append(Step(t_a, t_d, tuple(prefill), tuple(decode), (), (t_b - t_a) + (t_d - t_c)))
+        return Report(self.name, served, steps)
+
+
+# ------------------------------------------------------------------------------------------- static batching
+
+def run_static(model, requests: Sequence[Request], *, batch: int = 8, timeout: float = 0.05,
+               clock: Callable[[], float] = time.perf_counter, sleep: Callable[[float], None] = time.sleep
+               ) -> Report:
+    """Static batching, the baseline (chapter 04): wait until `batch` requests are queued (or the oldest has waited
+    `timeout` seconds, or no more are coming), prefill them together right-padded, then decode them together until
+    the longest is done; rows of requests already done are computed anyway (padding), and newcomers wait for the
+    whole batch."""
+    if not isinstance(batch, int) or batch < 1:
+        raise ValueError(f"batch must be an integer >= 1, got {batch!r}")
+    if not timeout >= 0:
+        raise ValueError(f"timeout must be >= 0 seconds, got {timeout}")
+    served = [Served(r, i) for i, r in enumerate(requests)]
+    if not served:
+        raise ValueError("no requests to serve")
+    limit, dev = model.arch.max_context, model.device
+    t0 = clock()
+    now = lambda: clock() - t0  # noqa: E731
+    pending = deque(sorted(served, key=lambda s: (s.request.arrival, s.index)))
+    queue: deque[Served] = deque()
+    steps: list[Step] = []
+    longest = max(len(s.request.prompt) + s.request.max_new_tokens for s in served)
+    model.setup_cache(min(batch, len(served)), min(limit, longest))
+    while pending or queue:
+        t = now()
+        while pending and pending[0].request.arrival <= t:
+            s = pending.popleft()
+            reason = _reject_reason(s.request, limit, lambda n: True)
+            if reason:
+                s.status, s.reason = "rejected", reason
+            else:
+                s.status = "waiting"
+                queue.append(s)
+        if not queue:
+            if pending:
+                sleep(max(0.0, pending[0].request.arrival - t))
+            continue
+        if len(queue) < batch and pending and t - queue[0].request.arrival < timeout:
+            sleep(max(0.0, min(pending[0].request.arrival, queue[0].request.arrival + timeout) - t))
+            continue
+        group = [queue.popleft() for _ in range(min(batch, len(queue)))]
+        _static_batch(model, group, steps, now, dev)
+    return Report(f"static (batch {batch})", served, steps)
+
+
+def _static_batch(model, group: list[Served], steps: list[Step], now: Callable[[], float], dev) -> None:
+    """Run one static batch to its longest request, logging every step."""
+    seqs = [_Seq(s, dev) for s in group]
+    idx = [s.index for s in group]
+    t_a = now()
+    for s in group:
+        s.status, s.started = "running", t_a - s.request.arrival
+    prompts = [list(s.request.prompt) for s in group]
+    tok = _pick(model.prefill(prompts), seqs)
+    longest = max(s.request.max_new_tokens for s in group)
+    done = [False] * len(group)
+    prefill = tuple((i, len(p)) for i, p in zip(idx, prompts))
+    for step in range(longest):
+        if step > 0:
+            t_a = now()
+            tok = _pick(model.decode_step(torch.tensor(tok, device=dev)), seqs)
+        synchronize(dev)
+        t = now()
+        live = []
+        for j, (s, q) in enumerate(zip(group, seqs)):
+            if done[j]:
+                continue
+            live.append(s.index)
+            s.tokens.append(tok[j])
+            s.times.append(t - s.request.arrival)
+            if len(s.tokens) == s.request.max_new_tokens or tok[j] == s.request.eos_token_id:
+                done[j] = True
+                s.status = "finished"
+        pad = tuple(i for i, d in zip(idx, done) if d and i not in live)
+        steps.append(Step(t_a, now(), prefill if step == 0 else (), () if step == 0 else tuple(live), pad))
+
+
+# --------------------------------------------------------------------------------------------------------- load
+
+def poisson_arrivals(rate: float, n: int, *, seed: int = 0) -> list[float]:
+    """n arrival times (seconds) of a Poisson process of `rate` requests per second: exponential gaps, seeded
+    (chapter 04)."""
+    if not rate > 0 or not math.isfinite(rate):
+        raise ValueError(f"the arrival rate must be a positive number of requests per second, got {rate}")
+    if not isinstance(n, int) or n < 1:
+        raise ValueError(f"n must be an integer >= 1, got {n!r}")
+    rng = random.Random(seed)
+    t, out = 0.0, []
+    for _ in range(n):
+        t += rng.expovariate(rate)
+        out.append(t)
+    return out
+
+
+def workload(n: int, *, vocab: int, rate: float | None = None, prompt_median: float = 64,
+             output_median: float = 32, sigma: float = 0.6, max_len: int = 512, seed: int = 0,
+             eos_token_id: int | None = None, first_token: int = 3) -> list[Request]:
+    """n requests whose prompt and output lengths are lognormal (chapter 03's `sample_requests`: the given medians
+    and log-sd, total capped at max_len), prompts of random token ids, arriving all at once (rate None) or as a
+    Poisson process of `rate` per second (chapter 04)."""
+    from .memory import sample_requests
+    prompts, outputs = sample_requests(n, max_len=max_len, prompt_median=prompt_median,
+                                       output_median=output_median, sigma=sigma, seed=seed)
+    arrivals = [0.0] * n if rate is None else poisson_arrivals(rate, n, seed=seed + 1)
+    g = torch.Generator().manual_seed(seed + 2)
+    return [Request(tuple(torch.randint(first_token, vocab, (p,), generator=g).tolist()), o, a,
+                    eos_token_id=eos_token_id) for p, o, a in zip(prompts, outputs, arrivals)]
+
+
+def requests_from(rows: Sequence[tuple[float, Sequence[int], int]]) -> list[Request]:
+    """Replay a list of (arrival seconds, prompt token ids, output length) (chapter 04)."""
+    return [Request(tuple(p), int(n), float(a)) for a, p, n in rows]
