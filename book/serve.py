@@ -21,7 +21,7 @@ from .device import synchronize
 from .kvcache import CacheFull, PagedCache, Segment, SlotCache
 
 __all__ = ["Request", "Served", "Step", "Report", "Engine", "POLICIES", "CACHES", "run_static", "poisson_arrivals",
-           "workload", "requests_from"]
+           "workload", "requests_from", "gantt", "table"]
 
 POLICIES = ("mixed", "prefill-first")
 CACHES = ("paged", "slot")
@@ -126,11 +126,9 @@ class Report:
 
     @property
     def wall(self) -> float:
-        """Seconds from the first arrival to the last step's end (chapter 04)."""
-        if not self.steps:
-            return 0.0
-        first = min(s.request.arrival for s in self.served)
-        return self.steps[-1].end - first
+        """Seconds from the first arrival to the last token (chapter 04)."""
+        ends = [s.request.arrival + s.times[-1] for s in self.served if s.times]
+        return max(ends) - min(s.request.arrival for s in self.served) if ends else 0.0
 
     @property
     def generated(self) -> int:
@@ -436,8 +434,9 @@ def run_static(model, requests: Sequence[Request], *, batch: int = 8, timeout: f
     pending = deque(sorted(served, key=lambda s: (s.request.arrival, s.index)))
     queue: deque[Served] = deque()
     steps: list[Step] = []
-    longest = max(len(s.request.prompt) + s.request.max_new_tokens for s in served)
-    model.setup_cache(min(batch, len(served)), min(limit, longest))
+    # a padded row keeps decoding until its batch's longest output is done: room for the longest prompt plus it
+    room = max(len(s.request.prompt) for s in served) + max(s.request.max_new_tokens for s in served)
+    model.setup_cache(min(batch, len(served)), room)
     while pending or queue:
         t = now()
         while pending and pending[0].request.arrival <= t:
@@ -527,3 +526,54 @@ def workload(n: int, *, vocab: int, rate: float | None = None, prompt_median: fl
 def requests_from(rows: Sequence[tuple[float, Sequence[int], int]]) -> list[Request]:
     """Replay a list of (arrival seconds, prompt token ids, output length) (chapter 04)."""
     return [Request(tuple(p), int(n), float(a)) for a, p, n in rows]
+
+
+# ------------------------------------------------------------------------------------------------------ figures
+
+def gantt(ax, report: Report, *, first: int = 0, count: int | None = None, title: str | None = None) -> None:
+    """A request-scheduling timeline of a real run: one row per request, from its arrival: waiting (grey), the
+    steps that prefilled it (dark blue), decoded it (orange), and, in static batching, computed its row after it had
+    finished (red hatch) (chapter 04)."""
+    rows = report.served[first:first + count if count else None]
+    pos = {s.index: i for i, s in enumerate(rows)}
+    bars: dict[str, dict[int, list[tuple[float, float]]]] = {k: {} for k in ("prefill", "decode", "padding")}
+    for st in report.steps:
+        w = st.end - st.start
+        for kind, idx in (("prefill", [i for i, _ in st.prefill]), ("decode", st.decode), ("padding", st.padding)):
+            for i in idx:
+                if i in pos:
+                    bars[kind].setdefault(i, []).append((st.start, w))
+    style = {"prefill": dict(facecolors="tab:blue"), "decode": dict(facecolors="tab:orange"),
+             "padding": dict(facecolors="none", edgecolors="tab:red", hatch="////", linewidth=0)}
+    for s in rows:
+        y = pos[s.index]
+        r = s.request
+        if s.status == "rejected":
+            ax.plot([r.arrival], [y], "x", color="tab:red", ms=6)
+            continue
+        if s.started is not None and s.started > 0:
+            ax.broken_barh([(r.arrival, s.started)], (y - 0.35, 0.7), facecolors="0.85")
+        for kind, opts in style.items():
+            if s.index in bars[kind]:
+                ax.broken_barh(bars[kind][s.index], (y - 0.35, 0.7), **opts)
+    ax.set_ylim(len(rows) - 0.5, -0.5)
+    ax.set_xlabel("seconds since the run started")
+    ax.set_ylabel("request")
+    from matplotlib.patches import Patch
+    ax.legend(handles=[Patch(facecolor="0.85", label="waiting"), Patch(facecolor="tab:blue", label="prefill"),
+                       Patch(facecolor="tab:orange", label="decode")]
+              + ([Patch(facecolor="none", edgecolor="tab:red", hatch="////", label="padding\n(done, still\ncomputed)")]
+                 if bars["padding"] else []), fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    ax.set_title(title or report.name)
+
+
+def table(reports: Sequence[Report], *, columns: Sequence[str] = ("tokens/s", "ttft p50 ms", "ttft p95 ms",
+          "tpot p50 ms", "tpot p95 ms", "queue p95 ms", "mean batch")) -> str:
+    """Reports side by side, one line each, as fixed-width text (chapter 04)."""
+    width = max(len(r.name) for r in reports)
+    head = f"{'':<{width}}" + "".join(f"{c:>13}" for c in columns)
+    lines = [head]
+    for r in reports:
+        row = r.row()
+        lines.append(f"{r.name:<{width}}" + "".join(f"{row[c]:>13,.1f}" for c in columns))
+    return "\n".join(lines)
