@@ -1,13 +1,16 @@
 """Benchmarks from the command line: `python -m book.bench decode` times the book's decoder against Hugging Face
-`generate` on the same weights and reports bytes per step, bandwidth and MBU (chapter 02)."""
+`generate` on the same weights and reports bytes per step, bandwidth and MBU (chapter 02); `python -m book.bench
+serve` serves one workload with the book's static and continuous-batching engines and with Hugging Face's, all at
+once and then under Poisson load, and reports throughput and latency percentiles (chapter 04)."""
 from __future__ import annotations
 
 import argparse
+import math
 import statistics
 import sys
 import time
 from dataclasses import dataclass, replace
-from typing import Callable
+from typing import Callable, Sequence
 
 import torch
 
@@ -18,7 +21,7 @@ from .llama import Llama
 from .models import Architecture, architecture, build_random
 from .timing import Timing, format_seconds, time_fn
 
-__all__ = ["DecodeResult", "bench_decode", "main"]
+__all__ = ["DecodeResult", "bench_decode", "ServeRun", "ServeResult", "bench_serve", "main"]
 
 DTYPE_NAMES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -254,8 +257,218 @@ def _hf_generate(model, x: torch.Tensor, n: int, hook) -> torch.Tensor:
                               min_new_tokens=n, logits_processor=procs, pad_token_id=0)
 
 
+# ------------------------------------------------------------------------------------------------------ serving
+
+SERVE_WORKLOAD = dict(prompt_median=48, output_median=32, sigma=0.6)   # book.serve.workload's lognormal lengths
+SERVE_BLOCK = 16                                                       # KV positions per block, book and HF
+
+
+@dataclass(frozen=True)
+class ServeRun:
+    """One server in one phase of `bench_serve`: throughput, TTFT and TPOT P50/P95/P99 in ms, the scheduler's share
+    of step time (None where the server does not log it), and how many requests got the reference tokens
+    (chapter 04)."""
+
+    phase: str                         # "a" (all at once) or "b" (Poisson arrivals)
+    server: str
+    tokens_per_s: float
+    ttft_ms: tuple[float, float, float]
+    tpot_ms: tuple[float, float, float]
+    schedule_share: float | None
+    mean_batch: float | None
+    wall_s: float
+    tokens_equal: int                  # requests whose greedy tokens equal book continuous (paged)'s in this phase
+
+
+@dataclass(frozen=True)
+class ServeResult:
+    """What `bench_serve` measured: the workload, every run of both phases, and the ratios of its SUMMARY line
+    (chapter 04)."""
+
+    device: str
+    model: str
+    dtype: str
+    requests: int
+    max_batch: int
+    mean_prompt: float
+    mean_output: float
+    capacity: float                    # requests/s: book continuous (paged) tokens/s in phase (a) / mean output
+    rate: float                        # phase (b)'s Poisson arrival rate, requests/s
+    rate_measured: bool                # True: load_factor x capacity; False: given
+    runs: tuple[ServeRun, ...]
+    paged_over_hf: tuple[float, float]         # book continuous (paged) / HF continuous tokens/s in (a) and (b)
+    continuous_over_static: tuple[float, float]  # book continuous (paged) / book static tokens/s in (a) and (b)
+    ttft_p95_static_over_continuous: float     # phase (b): book static TTFT P95 / book continuous (paged)'s
+
+    def run(self, phase: str, server: str) -> ServeRun:
+        """The run of `server` (its name as printed) in phase "a" or "b" (chapter 04)."""
+        for r in self.runs:
+            if r.phase == phase and r.server == server:
+                return r
+        raise KeyError(f"no run of {server!r} in phase {phase!r}")
+
+
+def _ratio(a: float, b: float) -> float:
+    return a / b if b > 0 else float("nan")
+
+
+def _spread(xs: Sequence[int]) -> str:
+    """P5/P50/P95 and the mean of a list of lengths."""
+    from .decode import percentile
+    return (f"P5/P50/P95 {percentile(xs, 5):.0f}/{percentile(xs, 50):.0f}/{percentile(xs, 95):.0f}, "
+            f"mean {statistics.fmean(xs):.1f}")
+
+
+def _serve_run(phase: str, rep, reference: Sequence[Sequence[int]]) -> ServeRun:
+    p = rep.percentiles()
+    return ServeRun(phase=phase, server=rep.name, tokens_per_s=rep.throughput,
+                    ttft_ms=tuple(p["ttft"].get(q, float("nan")) * 1e3 for q in (50, 95, 99)),
+                    tpot_ms=tuple(p["tpot"].get(q, float("nan")) * 1e3 for q in (50, 95, 99)),
+                    schedule_share=None if math.isnan(rep.schedule_share) else rep.schedule_share,
+                    mean_batch=None if math.isnan(rep.mean_batch) else rep.mean_batch, wall_s=rep.wall,
+                    tokens_equal=sum(s.tokens == list(w) for s, w in zip(rep.served, reference)))
+
+
+def _serve_table(runs: Sequence[ServeRun], n: int) -> list[str]:
+    width = max(len(r.server) for r in runs)
+    lines = [f"  {'server':<{width}} {'tokens/s':>9} {'TTFT p50/p95/p99 ms':>20} {'TPOT p50/p95/p99 ms':>20} "
+             f"{'sched/step':>10} {'mean batch':>10} {'wall s':>7} {'tokens ok':>9}"]
+    for r in runs:
+        sched = "n/a" if r.schedule_share is None else f"{r.schedule_share:.1%}"
+        batch = "n/a" if r.mean_batch is None else f"{r.mean_batch:.1f}"
+        lines.append(f"  {r.server:<{width}} {r.tokens_per_s:>9,.0f} {'/'.join(f'{x:.0f}' for x in r.ttft_ms):>20} "
+                     f"{'/'.join(f'{x:.1f}' for x in r.tpot_ms):>20} {sched:>10} {batch:>10} {r.wall_s:>7.2f} "
+                     f"{f'{r.tokens_equal}/{n}':>9}")
+    return lines
+
+
+def bench_serve(model_path: str | None = None, *, requests: int = 48, rate: float | None = None, max_batch: int = 8,
+                seed: int = 0, device: str | None = None, dtype: str = "fp32", load_factor: float = 0.75,
+                out: Callable[[str], None] = print) -> ServeResult:
+    """Serve one workload with book static batching, book continuous batching (slot and paged cache), HF continuous
+    batching and HF padded static `generate`: (a) all requests at once, (b) Poisson arrivals at `rate` (default:
+    load_factor x the capacity book continuous (paged) showed in (a)); print throughput, TTFT/TPOT percentiles and
+    the ratios, last a SUMMARY line (chapter 04)."""
+    import gc
+    import math
+    from pathlib import Path
+
+    import transformers
+
+    from .models import load
+    from .peers import hf_continuous, hf_static
+    from .serve import Engine, run_static, workload
+
+    for name, v in (("requests", requests), ("max_batch", max_batch)):
+        if not isinstance(v, int) or v < 1:
+            raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
+    if rate is not None and not (rate > 0 and math.isfinite(rate)):
+        raise ValueError(f"rate must be a positive number of requests per second, got {rate}")
+    if not (load_factor > 0 and math.isfinite(load_factor)):
+        raise ValueError(f"load_factor must be > 0, got {load_factor}")
+    if dtype not in DTYPE_NAMES:
+        raise ValueError(f"unknown dtype {dtype!r}; use one of {', '.join(DTYPE_NAMES)}")
+    dev = as_device(device)
+
+    out(f"serving benchmark: book static and continuous batching vs Hugging Face continuous batching and padded "
+        f"static generate; greedy, at most {max_batch} requests per step")
+    out(f"device: {dev.type} - {device_name(dev)}; torch {torch.__version__}, transformers {transformers.__version__}")
+    t0 = time.perf_counter()
+    hf = load(model_path or "coder", dtype=dtype, device=dev)
+    book = Llama.from_hf(hf)
+    a = book.arch
+    short = "coder" if model_path is None else Path(model_path).name
+    out(f"model: {short} ({a.n_layers} layers, hidden {a.hidden}, vocab {a.vocab:,}, context {a.max_context}; "
+        f"{a.n_params() / 1e6:,.1f}M parameters), {dtype}; loaded in {time.perf_counter() - t0:.1f} s")
+
+    reqs = workload(requests, vocab=a.vocab, max_len=a.max_context, seed=seed, **SERVE_WORKLOAD)
+    prompts, outputs = [len(r.prompt) for r in reqs], [r.max_new_tokens for r in reqs]
+    out(f"workload: {requests} requests of random token ids (seed {seed}); lengths lognormal, sigma "
+        f"{SERVE_WORKLOAD['sigma']} (book.serve.workload): prompt median {SERVE_WORKLOAD['prompt_median']} -> "
+        f"{_spread(prompts)}; output median {SERVE_WORKLOAD['output_median']} -> {_spread(outputs)} tokens; "
+        f"{sum(outputs):,} tokens to generate; every request runs to its length (no end-of-sequence)")
+    max_len = max(p + o for p, o in zip(prompts, outputs))
+    blocks = max_batch * math.ceil(max_len / SERVE_BLOCK)
+    kv = blocks * SERVE_BLOCK
+    out(f"servers: static ones fill a batch of {max_batch} (or wait 50 ms); continuous ones run up to {max_batch} "
+        f"requests per step and hold the KV of {kv:,} positions ({max_batch} x the longest request, {max_len} "
+        f"tokens): slot cache {max_batch} slots, paged (book and HF) {blocks} blocks of {SERVE_BLOCK}; "
+        f"whole prompts are prefilled in one step")
+
+    slot = Engine(book, cache="slot", kv_tokens=kv, max_len=max_len, max_batch=max_batch)
+    paged = Engine(book, cache="paged", kv_tokens=kv, max_len=max_len, max_batch=max_batch, block_size=SERVE_BLOCK)
+    servers = [
+        (f"book static (batch {max_batch})", lambda rs: run_static(book, rs, batch=max_batch)),
+        ("book continuous (slot cache)", slot.run),
+        ("book continuous (paged cache)", paged.run),
+        ("HF continuous (paged)", lambda rs: hf_continuous(hf, rs, max_batch=max_batch, page_size=SERVE_BLOCK,
+                                                            num_blocks=blocks)),
+        (f"HF static (batch {max_batch}, padded)", lambda rs: hf_static(hf, rs, batch=max_batch)),
+    ]
+    static_name, paged_name, hf_name = servers[0][0], servers[2][0], servers[3][0]
+
+    t0 = time.perf_counter()
+    warm = [replace(r, arrival=0.0) for r in reqs[:min(4, requests)]]
+    for _, serve in servers:
+        serve(warm).check()
+    out(f"warm-up: every server once on {len(warm)} requests ({time.perf_counter() - t0:.1f} s)")
+
+    def phase(label: str, rs) -> dict[str, ServeRun]:
+        reports = {}
+        for name, serve in servers:
+            gc.collect()
+            rep = serve(rs)
+            rep.check()
+            rep.name = name
+            reports[name] = rep
+        reference = [s.tokens for s in reports[paged_name].served]
+        runs = {name: _serve_run(label, rep, reference) for name, rep in reports.items()}
+        for line in _serve_table(list(runs.values()), len(rs)):
+            out(line)
+        return runs
+
+    out(f"phase (a): all {requests} requests at t = 0 (offline throughput)")
+    ra = phase("a", reqs)
+    mean_out = statistics.fmean(outputs)
+    capacity = ra[paged_name].tokens_per_s / mean_out
+    measured = rate is None
+    rate = load_factor * capacity if measured else float(rate)
+    out(f"(a) book continuous (paged) / HF continuous tokens/s: "
+        f"{_ratio(ra[paged_name].tokens_per_s, ra[hf_name].tokens_per_s):.2f}x; book continuous (paged) / book "
+        f"static: {_ratio(ra[paged_name].tokens_per_s, ra[static_name].tokens_per_s):.2f}x; capacity of book "
+        f"continuous (paged): {ra[paged_name].tokens_per_s:,.0f} tokens/s / {mean_out:.1f} mean output tokens = "
+        f"{capacity:.2f} requests/s")
+
+    reqs_b = workload(requests, vocab=a.vocab, max_len=a.max_context, seed=seed, rate=rate, **SERVE_WORKLOAD)
+    assert [r.prompt for r in reqs_b] == [r.prompt for r in reqs], "phase (b) must serve the same requests"
+    how = f"{load_factor:g} x" if measured else f"given; {_ratio(rate, capacity):.2f} x"
+    out(f"phase (b): the same requests arriving as a Poisson process at {rate:.2f} requests/s ({how} the capacity "
+        f"measured in (a)); the last arrives at {reqs_b[-1].arrival:.2f} s")
+    rb = phase("b", reqs_b)
+    paged_hf = (_ratio(ra[paged_name].tokens_per_s, ra[hf_name].tokens_per_s),
+                _ratio(rb[paged_name].tokens_per_s, rb[hf_name].tokens_per_s))
+    cont_static = (_ratio(ra[paged_name].tokens_per_s, ra[static_name].tokens_per_s),
+                   _ratio(rb[paged_name].tokens_per_s, rb[static_name].tokens_per_s))
+    ttft_ratio = _ratio(rb[static_name].ttft_ms[1], rb[paged_name].ttft_ms[1])
+    out(f"(b) book continuous (paged) / HF continuous tokens/s: {paged_hf[1]:.2f}x; book continuous (paged) / book "
+        f"static tokens/s: {cont_static[1]:.2f}x; TTFT P95 book static / book continuous (paged): {ttft_ratio:.2f}x")
+    runs = tuple(ra.values()) + tuple(rb.values())
+    equal = sum(r.tokens_equal for r in runs)
+    out(f"check: greedy tokens equal to book continuous (paged)'s for {equal} of {len(runs) * requests} "
+        f"(request, run) pairs; sched/step = host time scheduling / step time (n/a: not logged; static batching has "
+        f"no per-step scheduler, HF logs no steps)")
+    out(f"SUMMARY device={dev.type} dtype={dtype} model={short} requests={requests} max_batch={max_batch} "
+        f"rate={rate:.2f}/s({'measured' if measured else 'given'}) book_paged/HF_cb(a)={paged_hf[0]:.2f}x "
+        f"book_paged/HF_cb(b)={paged_hf[1]:.2f}x book_cont/book_static(b)={cont_static[1]:.2f}x "
+        f"ttft_p95_static/cont(b)={ttft_ratio:.2f}x tokens_equal={equal}/{len(runs) * requests}")
+    return ServeResult(device=device_name(dev), model=short, dtype=dtype, requests=requests, max_batch=max_batch,
+                       mean_prompt=statistics.fmean(prompts), mean_output=mean_out, capacity=capacity, rate=rate,
+                       rate_measured=measured, runs=runs, paged_over_hf=paged_hf, continuous_over_static=cont_static,
+                       ttft_p95_static_over_continuous=ttft_ratio)
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Command line: `python -m book.bench decode [options]`; see --help (chapter 02)."""
+    """Command line: `python -m book.bench decode|serve [options]`; see --help (chapters 02 and 04)."""
     p = argparse.ArgumentParser(prog="python -m book.bench", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
     d = sub.add_parser("decode", help="book decoder vs HF generate: bytes per step, bandwidth, MBU",
@@ -279,7 +492,25 @@ def main(argv: list[str] | None = None) -> int:
     for flag, dest in [("--hidden", "hidden"), ("--heads", "n_heads"), ("--kv-heads", "n_kv_heads"),
                        ("--head-dim", "head_dim"), ("--intermediate", "intermediate"), ("--vocab", "vocab")]:
         d.add_argument(flag, dest=dest, type=int, default=None, help=f"override the model's {dest} (smaller models)")
+    v = sub.add_parser("serve", help="book static/continuous batching vs HF continuous/static: tokens/s, TTFT, TPOT",
+                       description="One workload (lognormal prompt and output lengths) served by the book's static "
+                                   "and continuous-batching engines (slot and paged cache) and by Hugging Face's "
+                                   "continuous batching and padded static generate, on the book's coder model: "
+                                   "(a) all requests at once, (b) Poisson arrivals.")
+    v.add_argument("--requests", type=int, default=48, help="requests in the workload (default 48)")
+    v.add_argument("--rate", type=float, default=None, help="phase (b) arrivals per second (default: 0.75 x the "
+                   "capacity of book continuous (paged) measured in phase (a))")
+    v.add_argument("--max-batch", type=int, default=8, help="most requests per batch or step (default 8)")
+    v.add_argument("--seed", type=int, default=0)
+    v.add_argument("--device", default=None, help="cpu or cuda (default: the book's device, $BOOK_DEVICE)")
+    v.add_argument("--dtype", choices=list(DTYPE_NAMES), default="fp32", help="weights (default fp32)")
+    v.add_argument("--model-path", default=None, help="a folder holding a transformers Llama (default: the book's "
+                   "coder model)")
     a = p.parse_args(argv)
+    if a.command == "serve":
+        bench_serve(a.model_path, requests=a.requests, rate=a.rate, max_batch=a.max_batch, seed=a.seed,
+                    device=a.device, dtype=a.dtype)
+        return 0
     bench_decode(a.model, layers=a.layers, dtype=a.dtype, batch=a.batch, prompt=a.prompt, steps=a.steps,
                  device=a.device, compile=a.compile, hf=not a.no_hf, bw_bytes=a.bw_bytes, seed=a.seed,
                  hidden=a.hidden, n_heads=a.n_heads, n_kv_heads=a.n_kv_heads, head_dim=a.head_dim,

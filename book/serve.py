@@ -20,7 +20,8 @@ from .decode import SLO, Latency, percentile, summarize
 from .device import synchronize
 from .kvcache import CacheFull, PagedCache, Segment, SlotCache
 
-__all__ = ["Request", "Served", "Step", "Report", "Engine", "POLICIES", "CACHES", "run_static", "poisson_arrivals",
+__all__ = ["Request", "Served", "Step", "Report", "Engine", "POLICIES", "CACHES", "run_static", "reject_reason",
+           "poisson_arrivals",
            "workload", "requests_from", "gantt", "table"]
 
 POLICIES = ("mixed", "prefill-first")
@@ -156,14 +157,19 @@ class Report:
 
     @property
     def schedule_share(self) -> float:
-        """Host time spent scheduling as a share of all step time (chapter 04)."""
+        """Host time spent scheduling as a share of all step time; nan when the server logged none (static batching
+        has no per-step scheduler; Hugging Face logs no steps) (chapter 04)."""
         busy = sum(s.end - s.start for s in self.steps)
-        return sum(s.schedule_s for s in self.steps) / busy if busy > 0 else 0.0
+        sched = sum(s.schedule_s for s in self.steps)
+        return sched / busy if busy > 0 and sched > 0 else math.nan
 
     @property
     def mean_batch(self) -> float:
-        """Requests served per step (prefilled or decoded), averaged over steps (chapter 04)."""
-        return sum(len(s.prefill) + len(s.decode) for s in self.steps) / max(1, len(self.steps))
+        """Requests served per step (prefilled or decoded), averaged over steps; nan with no steps logged
+        (chapter 04)."""
+        if not self.steps:
+            return math.nan
+        return sum(len(s.prefill) + len(s.decode) for s in self.steps) / len(self.steps)
 
     @property
     def padding_share(self) -> float:
@@ -215,7 +221,9 @@ def _pick(logits: torch.Tensor, seqs: Sequence[_Seq]) -> list[int]:
     return out.tolist()                        # one host sync per step
 
 
-def _reject_reason(r: Request, max_len: int, fits: Callable[[int], bool]) -> str:
+def reject_reason(r: Request, max_len: int, fits: Callable[[int], bool]) -> str:
+    """Why a request can never be served ('' if it can): a prompt that fills the context, prompt plus output past
+    `max_len` positions, or more positions than the KV budget could ever hold (chapter 04)."""
     need = len(r.prompt) + r.max_new_tokens
     if len(r.prompt) >= max_len:
         return f"a prompt of {len(r.prompt)} tokens leaves no room to generate within {max_len} positions"
@@ -367,7 +375,7 @@ class Engine:
             now = self._now()
             while pending and pending[0].request.arrival <= now:
                 s = pending.popleft()
-                reason = _reject_reason(s.request, self.max_len, self.cache.fits)
+                reason = reject_reason(s.request, self.max_len, self.cache.fits)
                 if reason:
                     s.status, s.reason = "rejected", reason
                     continue
@@ -429,19 +437,19 @@ def run_static(model, requests: Sequence[Request], *, batch: int = 8, timeout: f
     if not served:
         raise ValueError("no requests to serve")
     limit, dev = model.arch.max_context, model.device
+    # a padded row keeps decoding until its batch's longest output is done: room for the longest prompt plus it
+    room = max(len(s.request.prompt) for s in served) + max(s.request.max_new_tokens for s in served)
+    model.setup_cache(min(batch, len(served)), room)
     t0 = clock()
     now = lambda: clock() - t0  # noqa: E731
     pending = deque(sorted(served, key=lambda s: (s.request.arrival, s.index)))
     queue: deque[Served] = deque()
     steps: list[Step] = []
-    # a padded row keeps decoding until its batch's longest output is done: room for the longest prompt plus it
-    room = max(len(s.request.prompt) for s in served) + max(s.request.max_new_tokens for s in served)
-    model.setup_cache(min(batch, len(served)), room)
     while pending or queue:
         t = now()
         while pending and pending[0].request.arrival <= t:
             s = pending.popleft()
-            reason = _reject_reason(s.request, limit, lambda n: True)
+            reason = reject_reason(s.request, limit, lambda n: True)
             if reason:
                 s.status, s.reason = "rejected", reason
             else:
@@ -575,5 +583,6 @@ def table(reports: Sequence[Report], *, columns: Sequence[str] = ("tokens/s", "t
     lines = [head]
     for r in reports:
         row = r.row()
-        lines.append(f"{r.name:<{width}}" + "".join(f"{row[c]:>13,.1f}" for c in columns))
+        lines.append(f"{r.name:<{width}}" + "".join(f"{'n/a' if math.isnan(row[c]) else f'{row[c]:,.1f}':>13}"
+                                                    for c in columns))
     return "\n".join(lines)

@@ -85,3 +85,65 @@ def test_a_compiled_step_that_fails_when_run_falls_back(capsys):
     m._compiled = fails
     assert torch.equal(m.generate(x, 4), want) and m._compiled is None
     assert "the compiled decode step failed on this device" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------------------------------- python -m book.bench serve
+
+SERVERS = ("book static (batch 3)", "book continuous (slot cache)", "book continuous (paged cache)",
+           "HF continuous (paged)", "HF static (batch 3, padded)")
+
+
+@pytest.fixture(scope="module")
+def tiny_llama_folder(tmp_path_factory):
+    """A tiny random transformers Llama saved to a folder, so the serving benchmark runs in seconds."""
+    import torch
+    import transformers
+    cfg = transformers.LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=112, num_hidden_layers=2,
+                                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+                                   bos_token_id=1, eos_token_id=2, pad_token_id=0)
+    torch.manual_seed(0)
+    path = tmp_path_factory.mktemp("tiny-llama")
+    transformers.LlamaForCausalLM(cfg).eval().save_pretrained(path)
+    return str(path)
+
+
+def test_serve_prints_every_run_and_a_summary_last(capsys, tiny_llama_folder):
+    assert main(["serve", "--requests", "6", "--max-batch", "3", "--device", "cpu",
+                 "--model-path", tiny_llama_folder]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    text = "\n".join(lines)
+    for needle in ("device: cpu", "workload: 6 requests", "prompt median 48", "output median 32", "warm-up",
+                   "phase (a): all 6 requests", "phase (b): the same requests arriving as a Poisson process",
+                   "0.75 x the capacity measured in (a)", "TTFT p50/p95/p99 ms", "TPOT p50/p95/p99 ms", "sched/step",
+                   "(a) book continuous (paged) / HF continuous tokens/s",
+                   "(b) book continuous (paged) / HF continuous tokens/s", "book continuous (paged) / book static",
+                   "check: greedy tokens equal"):
+        assert needle in text, needle
+    for server in SERVERS:
+        assert sum(line.lstrip().startswith(server) for line in lines) == 2, server      # one row in each phase
+    last = lines[-1]
+    assert last.startswith("SUMMARY device=cpu dtype=fp32 model=tiny-llama")
+    for field in ("requests=6", "max_batch=3", "(measured)", "book_paged/HF_cb(a)=", "book_paged/HF_cb(b)=",
+                  "book_cont/book_static(b)=", "ttft_p95_static/cont(b)=", "tokens_equal=60/60"):
+        assert field in last, field
+
+
+def test_serve_result_with_a_given_rate(capsys, tiny_llama_folder):
+    from book.bench import bench_serve
+    r = bench_serve(tiny_llama_folder, requests=3, rate=40.0, max_batch=2, device="cpu")
+    assert r.rate == 40.0 and not r.rate_measured and r.requests == 3 and r.capacity > 0
+    assert len(r.runs) == 10 and all(run.tokens_equal == 3 and run.tokens_per_s > 0 for run in r.runs)
+    assert r.run("b", "HF continuous (paged)").schedule_share is None
+    assert r.run("a", "book continuous (paged cache)").schedule_share is not None
+    out = capsys.readouterr().out
+    assert "(given; " in out and out.strip().splitlines()[-1].count("(given)") == 1
+
+
+def test_serve_bad_arguments():
+    from book.bench import bench_serve
+    for kw, msg in ((dict(requests=0), "requests"), (dict(max_batch=0), "max_batch"), (dict(rate=-1.0), "rate"),
+                    (dict(dtype="int3"), "unknown dtype")):
+        with pytest.raises(ValueError, match=msg):
+            bench_serve(**kw)
+    with pytest.raises(SystemExit):
+        main(["serve", "--requests", "many"])
