@@ -146,20 +146,27 @@ class _Pool:
         self._put(self.v[layer], a, b, v)
 
     def pack(self, segments: Sequence[Segment]) -> Packed:
-        """One step's segments as one row of tokens: single-token segments (decodes) first, attended together, then
-        each longer one (a prefill or a chunk of one) on its own; every sequence must already hold room for its
-        positions (`allocate`) (chapter 04)."""
+        """One step's segments as one row of tokens: single-token segments (decodes) first, shortest context first,
+        attended in groups of similar length, then each longer one (a prefill or a chunk of one) on its own; every
+        sequence must already hold room for its positions (`allocate`) (chapter 04)."""
         if not segments:
             raise ValueError("an engine step needs at least one segment")
-        order = sorted(segments, key=lambda s: len(s.tokens) > 1)        # stable: decodes first
+        decodes = sorted((s for s in segments if len(s.tokens) == 1), key=lambda s: s.start)
+        order = decodes + [s for s in segments if len(s.tokens) != 1]
         tokens, positions, seqs, groups, sample_at = [], [], [], [], []
-        decodes = [s for s in order if len(s.tokens) == 1]
         dev = self.device
-        if decodes:
-            pos = [s.start for s in decodes]
+        # Decodes attend together, each group padded to its longest context; a new group starts where padding would
+        # more than double the positions read (one long sequence must not make every short one read its length).
+        lo = 0
+        for hi in range(1, len(decodes) + 1):
+            if hi < len(decodes) and (decodes[hi].start + 1) * (hi + 1 - lo) <= 2 * sum(
+                    d.start + 1 for d in decodes[lo:hi + 1]):
+                continue
+            pos = [d.start for d in decodes[lo:hi]]
             kv_len = max(pos) + 1
-            groups.append(Group(0, len(decodes), len(decodes), 1, torch.tensor(pos, device=dev)[:, None], kv_len,
-                                self.read_index([s.seq for s in decodes], kv_len)))
+            groups.append(Group(lo, hi, hi - lo, 1, torch.tensor(pos, device=dev)[:, None], kv_len,
+                                self.read_index([d.seq for d in decodes[lo:hi]], kv_len)))
+            lo = hi
         for s in order:
             if not s.tokens:
                 raise ValueError(f"sequence {s.seq}: a segment needs at least one token")

@@ -576,13 +576,15 @@ def gantt(ax, report: Report, *, first: int = 0, count: int | None = None, title
 
 
 def table(reports: Sequence[Report], *, columns: Sequence[str] = ("tokens/s", "ttft p50 ms", "ttft p95 ms",
-          "tpot p50 ms", "tpot p95 ms", "queue p95 ms", "mean batch")) -> str:
-    """Reports side by side, one line each, as fixed-width text (chapter 04)."""
+          "tpot p50 ms", "tpot p95 ms", "queue p95 ms")) -> str:
+    """Reports side by side, one line each, as fixed-width text; latencies in ms (chapter 04)."""
     width = max(len(r.name) for r in reports)
-    head = f"{'':<{width}}" + "".join(f"{c:>13}" for c in columns)
-    lines = [head]
+    labels = [c.replace(" ms", "").replace("ttft", "TTFT").replace("tpot", "TPOT") for c in columns]
+    sizes = [max(9, len(lab) + 1) for lab in labels]
+    lines = [f"{'(latencies in ms)':<{width}}" + "".join(f"{lab:>{n}}" for lab, n in zip(labels, sizes))]
     for r in reports:
         row = r.row()
-        lines.append(f"{r.name:<{width}}" + "".join(f"{'n/a' if math.isnan(row[c]) else f'{row[c]:,.1f}':>13}"
-                                                    for c in columns))
+        cells = ("n/a" if math.isnan(row[c]) else f"{row[c]:,.1f}" if row[c] < 100 else f"{row[c]:,.0f}"
+                 for c in columns)
+        lines.append(f"{r.name:<{width}}" + "".join(f"{v:>{n}}" for v, n in zip(cells, sizes)))
     return "\n".join(lines)

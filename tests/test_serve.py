@@ -188,3 +188,14 @@ def test_engine_on_coder():
         rep = Engine(coder, max_len=128, max_batch=4, **cfg).run(reqs)
         rep.check()
         assert [s.tokens for s in rep.served] == want
+
+
+def test_decodes_of_very_different_lengths_attend_in_separate_groups(model):
+    c = PagedCache(2, 64, 2, 4, 16, dtype=torch.float32, device="cpu")
+    for seq, n in [(0, 10), (1, 12), (2, 11), (3, 120)]:
+        c.allocate(seq, n + 1)
+    p = c.pack([Segment(s, (5,), n, True) for s, n in [(3, 120), (0, 10), (1, 12), (2, 11)]])
+    assert [(g.batch, g.kv_len) for g in p.groups] == [(3, 13), (1, 121)]
+    assert [s.seq for s in p.segments] == [0, 2, 1, 3]
+    similar = c.pack([Segment(s, (5,), n, True) for s, n in [(0, 10), (1, 12), (2, 11)]])
+    assert [(g.batch, g.kv_len) for g in similar.groups] == [(3, 13)]
