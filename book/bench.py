@@ -350,7 +350,6 @@ def bench_serve(model_path: str | None = None, *, requests: int = 48, rate: floa
     load_factor x the capacity book continuous (paged) showed in (a)); print throughput, TTFT/TPOT percentiles and
     the ratios, last a SUMMARY line (chapter 04)."""
     import gc
-    import math
     from pathlib import Path
 
     import transformers

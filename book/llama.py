@@ -298,7 +298,7 @@ class Llama(nn.Module):
     def _hidden(self, tokens: torch.Tensor, positions: torch.Tensor, k: torch.Tensor | None,
                 v: torch.Tensor | None, kv_len: int) -> torch.Tensor:
         """Hidden states [B,T,h] before the final norm; with a cache (k, v [L,B,KV,max_len,hd]) it is written to."""
-        B, T = tokens.shape
+        B = tokens.shape[0]
         x = F.embedding(tokens, self.embed)
         cos, sin = self._rope(positions)
         key_pos = positions if k is None else torch.arange(kv_len, device=tokens.device)[None].expand(B, -1)

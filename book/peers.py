@@ -23,7 +23,7 @@ from typing import Callable, Iterator, Sequence
 import torch
 
 from .device import synchronize
-from .serve import Report, Request, Served, Step, reject_reason
+from .serve import Report, Request, Served, Step, admit, static_batches
 
 __all__ = ["hf_continuous", "hf_static", "SCHEDULERS"]
 
@@ -68,16 +68,6 @@ def _quiet_cb_logs(level: int = logging.ERROR) -> Iterator[None]:
         yield
     finally:
         log.setLevel(old)
-
-
-def _admit(served: Served, limit: int, fits: Callable[[int], bool]) -> bool:
-    """Reject a request that can never run, with the book's reasons; True if it may be served (chapter 04)."""
-    reason = reject_reason(served.request, limit, fits)
-    if reason:
-        served.status, served.reason = "rejected", reason
-        return False
-    served.status = "waiting"
-    return True
 
 
 def _cut(tokens: Sequence[int], r: Request) -> list[int]:
@@ -147,7 +137,7 @@ def hf_continuous(hf, requests: Sequence[Request], *, max_batch: int = 8, page_s
                 deadline = t0 + order[0].request.arrival if order else math.inf
                 if time.perf_counter() >= deadline:
                     s = order.popleft()
-                    if _admit(s, limit, lambda n: math.ceil(n / page_size) <= num_blocks):
+                    if admit(s, limit, lambda n: math.ceil(n / page_size) <= num_blocks):
                         r = s.request
                         manager.add_request(list(r.prompt), request_id=str(s.index), max_new_tokens=r.max_new_tokens,
                                             record_timestamps=True,
@@ -217,27 +207,9 @@ def hf_static(hf, requests: Sequence[Request], *, batch: int = 8, timeout: float
     if not timeout >= 0:
         raise ValueError(f"timeout must be >= 0 seconds, got {timeout}")
     served = [Served(r, i) for i, r in enumerate(requests)]
-    limit = _context(hf)
-    t0 = time.perf_counter()
-    now = lambda: time.perf_counter() - t0  # noqa: E731
-    pending = deque(sorted(served, key=lambda s: (s.request.arrival, s.index)))
-    queue: deque[Served] = deque()
     steps: list[Step] = []
-    while pending or queue:
-        t = now()
-        while pending and pending[0].request.arrival <= t:
-            s = pending.popleft()
-            if _admit(s, limit, lambda n: True):
-                queue.append(s)
-        if not queue:
-            if pending:
-                time.sleep(max(0.0, pending[0].request.arrival - t))
-            continue
-        if len(queue) < batch and pending and t - queue[0].request.arrival < timeout:
-            time.sleep(max(0.0, min(pending[0].request.arrival, queue[0].request.arrival + timeout) - t))
-            continue
-        group = [queue.popleft() for _ in range(min(batch, len(queue)))]
-        _generate_batch(hf, group, steps, now, pad_token_id)
+    static_batches(served, batch=batch, timeout=timeout, max_len=_context(hf),
+                   run=lambda group, now: _generate_batch(hf, group, steps, now, pad_token_id))
     return Report(f"HF static (batch {batch}, left-padded)", served, steps)
 
 

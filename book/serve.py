@@ -20,9 +20,8 @@ from .decode import SLO, Latency, percentile, summarize
 from .device import synchronize
 from .kvcache import CacheFull, PagedCache, Segment, SlotCache
 
-__all__ = ["Request", "Served", "Step", "Report", "Engine", "POLICIES", "CACHES", "run_static", "reject_reason",
-           "poisson_arrivals",
-           "workload", "requests_from", "gantt", "table"]
+__all__ = ["Request", "Served", "Step", "Report", "Engine", "POLICIES", "CACHES", "run_static", "static_batches",
+           "reject_reason", "admit", "poisson_arrivals", "workload", "requests_from", "gantt", "table"]
 
 POLICIES = ("mixed", "prefill-first")
 CACHES = ("paged", "slot")
@@ -234,6 +233,14 @@ def reject_reason(r: Request, max_len: int, fits: Callable[[int], bool]) -> str:
     return ""
 
 
+def admit(s: Served, max_len: int, fits: Callable[[int], bool]) -> bool:
+    """Mark an arrived request waiting, or rejected with its `reject_reason`; True if it may be served
+    (chapter 04)."""
+    reason = reject_reason(s.request, max_len, fits)
+    s.status, s.reason = ("rejected", reason) if reason else ("waiting", "")
+    return not reason
+
+
 class Engine:
     """Iteration-level scheduling on the book's decoder (continuous batching) (chapter 04).
 
@@ -375,12 +382,9 @@ class Engine:
             now = self._now()
             while pending and pending[0].request.arrival <= now:
                 s = pending.popleft()
-                reason = reject_reason(s.request, self.max_len, self.cache.fits)
-                if reason:
-                    s.status, s.reason = "rejected", reason
+                if not admit(s, self.max_len, self.cache.fits):
                     continue
                 q = _Seq(s, dev)
-                s.status = "waiting"
                 self._by_index[s.index] = q
                 self.waiting.append(q)
             if not self.waiting and not self.running:
@@ -436,24 +440,32 @@ def run_static(model, requests: Sequence[Request], *, batch: int = 8, timeout: f
     served = [Served(r, i) for i, r in enumerate(requests)]
     if not served:
         raise ValueError("no requests to serve")
-    limit, dev = model.arch.max_context, model.device
+    dev = model.device
     # a padded row keeps decoding until its batch's longest output is done: room for the longest prompt plus it
     room = max(len(s.request.prompt) for s in served) + max(s.request.max_new_tokens for s in served)
     model.setup_cache(min(batch, len(served)), room)
+    steps: list[Step] = []
+    static_batches(served, batch=batch, timeout=timeout, max_len=model.arch.max_context,
+                   run=lambda group, now: _static_batch(model, group, steps, now, dev), clock=clock, sleep=sleep)
+    return Report(f"static (batch {batch})", served, steps)
+
+
+def static_batches(served: Sequence[Served], *, batch: int, timeout: float, max_len: int,
+                   run: Callable[[list[Served], Callable[[], float]], None],
+                   clock: Callable[[], float] = time.perf_counter, sleep: Callable[[float], None] = time.sleep
+                   ) -> None:
+    """The static server's queue (chapter 04): release requests at their arrival times, and whenever `batch` are
+    queued (or the oldest has waited `timeout` seconds, or no more are coming) hand them to `run(group, now)`,
+    which serves them to the end; `now()` is seconds since the run started."""
     t0 = clock()
     now = lambda: clock() - t0  # noqa: E731
     pending = deque(sorted(served, key=lambda s: (s.request.arrival, s.index)))
     queue: deque[Served] = deque()
-    steps: list[Step] = []
     while pending or queue:
         t = now()
         while pending and pending[0].request.arrival <= t:
             s = pending.popleft()
-            reason = reject_reason(s.request, limit, lambda n: True)
-            if reason:
-                s.status, s.reason = "rejected", reason
-            else:
-                s.status = "waiting"
+            if admit(s, max_len, lambda n: True):
                 queue.append(s)
         if not queue:
             if pending:
@@ -462,9 +474,7 @@ def run_static(model, requests: Sequence[Request], *, batch: int = 8, timeout: f
         if len(queue) < batch and pending and t - queue[0].request.arrival < timeout:
             sleep(max(0.0, min(pending[0].request.arrival, queue[0].request.arrival + timeout) - t))
             continue
-        group = [queue.popleft() for _ in range(min(batch, len(queue)))]
-        _static_batch(model, group, steps, now, dev)
-    return Report(f"static (batch {batch})", served, steps)
+        run([queue.popleft() for _ in range(min(batch, len(queue)))], now)
 
 
 def _static_batch(model, group: list[Served], steps: list[Step], now: Callable[[], float], dev) -> None:
