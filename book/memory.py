@@ -142,8 +142,8 @@ class MemoryBreakdown:
         """A text table of the parts in GB, with the formula behind each (chapter 03)."""
         a = architecture(self.model)
         why = {"weights": f"{a.n_params() / 1e9:.2f}B params x {dtype_bytes(self.weight_dtype):g} B ({self.weight_dtype})",
-               "KV cache": f"2 x {a.n_layers} layers x {a.n_kv_heads} KV heads x {a.head_dim} x {self.context:,} "
-                           f"tokens x {self.batch} seq x {dtype_bytes(self.kv_dtype):g} B ({self.kv_dtype})",
+               "KV cache": f"2 x {a.n_layers} layers x {a.n_kv_heads} heads x {a.head_dim} x {self.context:,} tok "
+                           f"x {self.batch} seq x {dtype_bytes(self.kv_dtype):g} B",
                "activations": f"peak of one forward pass, {min(self.context, PREFILL_CHUNK):,}-token prefill chunk",
                "overhead": f"{self.overhead / self.n_gpus / GB:.1f} GB per GPU x {self.n_gpus}"}
         lines = [f"{self.model} on {self.n_gpus} x {self.gpu}, context {self.context:,}, batch {self.batch}"]

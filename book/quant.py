@@ -119,7 +119,7 @@ def compare_linear(k: int, n: int, *, batches: tuple[int, ...] = (1, 512), devic
     batch, seconds, nbytes, predicted seconds or None, error), for verdicts computed from the table."""
     from .device import as_device, synchronize
     from .hardware import random_tensor
-    from .roofline import linear
+    from .roofline import Work, linear
     from .timing import format_seconds, time_fn
     dev = as_device(device)
     w = random_tensor(n, k, device=dev, dtype=torch.bfloat16)
@@ -154,7 +154,9 @@ def compare_linear(k: int, n: int, *, batches: tuple[int, ...] = (1, 512), devic
     for p, b, t, nbytes, err in sorted(rows, key=lambda r: (r[1], PRECISIONS.index(r[0]))):
         act = "fp32" if p == "fp32" else "bf16"
         r = roof.get(act) if isinstance(roof, dict) else roof
-        secs = r.time(linear(b, k, n, p, act)) if r else None
+        w = linear(b, k, n, p, act)
+        w = Work(w.flops, w.bytes - dict(w.parts)["weights"] + nbytes)   # the weight bytes read, scales included
+        secs = r.time(w) if r else None
         pred = format_seconds(secs) if secs is not None else "-"
         rel = f"{base[b] / t:.2f}x" if b in base else "-"
         name = p + ("*" if p in fallbacks else "")

@@ -95,21 +95,22 @@ def ratio(a: float, b: float, *, a_name: str, b_name: str, what: str = "time", t
     return Verdict(f"{a_name} takes {1 / r:.2f}x less {what} than {b_name}.", "below", vals)
 
 
-def bound(mbu: float, mfu: float, *, what: str = "this step", at_least: float = 0.5) -> Verdict:
+def bound(mbu: float, mfu: float, *, what: str = "this step", at_least: float = 0.5,
+          against: str = "the measured read bandwidth") -> Verdict:
     """Which roof a measured kernel sits under: memory-bound when it streams at least `at_least` of the measured
-    bandwidth (MBU) and uses less of the compute roof (MFU); compute-bound the other way round; 'neither' when both
-    are below `at_least` (overheads dominate) (chapter 02)."""
+    bandwidth (MBU, taken `against` the bandwidth it names) and uses less of the compute roof (MFU); compute-bound
+    the other way round; 'neither' when both are below `at_least` (overheads dominate) (chapter 02)."""
     u, f = _num(mbu, "MBU"), _num(mfu, "MFU")
     if u < 0 or f < 0:
         raise ValueError(f"MBU and MFU must be >= 0, got {mbu}, {mfu}")
     vals = {"mbu": u, "mfu": f}
     if u >= at_least and u >= f:
-        return Verdict(f"{what} streams memory at {u:.0%} of the measured read bandwidth and uses {f:.1%} of the "
+        return Verdict(f"{what} streams memory at {u:.0%} of {against} and uses {f:.1%} of the "
                        f"compute roof: it is memory-bound.", "memory-bound", vals)
     if f >= at_least and f > u:
-        return Verdict(f"{what} uses {f:.0%} of the measured matmul rate and {u:.0%} of the read bandwidth: it is "
+        return Verdict(f"{what} uses {f:.0%} of the measured matmul rate and {u:.0%} of {against}: it is "
                        f"compute-bound.", "compute-bound", vals)
-    return Verdict(f"{what} reaches only {u:.0%} of the read bandwidth and {f:.1%} of the matmul rate: neither "
+    return Verdict(f"{what} reaches only {u:.0%} of {against} and {f:.1%} of the matmul rate: neither "
                    f"roof is reached, so time goes to something else (kernel launches, Python, kernels that "
                    f"stream below the memory's speed).", "neither", vals)
 

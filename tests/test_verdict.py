@@ -65,3 +65,9 @@ def test_compare_can_name_a_reference_that_is_not_a_prediction():
 def test_a_factor_of_two_below_counts_as_far_as_a_factor_of_two_above():
     assert V.compare(15.4, 31.3, what="B=1 product", spread=0.52).outcome == "below"
     assert V.compare(62.6, 31.3, what="B=1 product", spread=0.52).outcome == "above"
+
+
+def test_bound_names_the_bandwidth_it_was_measured_against():
+    v = V.bound(0.9, 0.01, what="a step", against="the read bandwidth sampled beside the steps (23.0 GB/s)")
+    assert v.outcome == "memory-bound" and "sampled beside the steps (23.0 GB/s)" in str(v)
+    assert "the measured read bandwidth" in str(V.bound(0.9, 0.01))
