@@ -23,7 +23,7 @@ from .kvcache import CacheFull, PagedCache, Segment, SlotCache
 __all__ = ["Request", "Served", "Step", "Report", "Engine", "POLICIES", "CACHES", "run_static", "static_batches",
            "reject_reason", "admit", "poisson_arrivals", "workload", "requests_from", "gantt", "table"]
 
-POLICIES = ("mixed", "prefill-first")
+POLICIES = ("mixed", "prefill-first", "decode-first")
 CACHES = ("paged", "slot")
 
 
@@ -75,13 +75,15 @@ class Served:
 class Step:
     """One step of a run: when it began and ended (seconds after the run started), which requests it prefilled and
     how many tokens of each, which it decoded, which rows it computed for requests already done (static batching's
-    padding), and the host time spent scheduling rather than in the model (chapter 04)."""
+    padding), the host time spent scheduling rather than in the model, and how many requests were left waiting in
+    the queue (-1: not logged) (chapter 04)."""
     start: float
     end: float
     prefill: tuple[tuple[int, int], ...]
     decode: tuple[int, ...]
     padding: tuple[int, ...] = ()
     schedule_s: float = 0.0
+    waiting: int = -1
 
     @property
     def tokens(self) -> int:
@@ -171,6 +173,15 @@ class Report:
         return sum(len(s.prefill) + len(s.decode) for s in self.steps) / len(self.steps)
 
     @property
+    def saturated_batch(self) -> float:
+        """Requests served per step over the steps that left requests waiting, after the first tenth of them (the
+        start): chapter 03's allocator simulation averages the same way; nan when no step left one waiting or the
+        server does not log its queue (chapter 04)."""
+        busy = [s for s in self.steps if s.waiting > 0]
+        busy = busy[len(busy) // 10:]
+        return sum(len(s.prefill) + len(s.decode) for s in busy) / len(busy) if busy else math.nan
+
+    @property
     def padding_share(self) -> float:
         """Rows computed for requests already done, as a share of all rows (static batching's waste) (chapter 04)."""
         rows = sum(len(s.decode) + len(s.padding) for s in self.steps)
@@ -248,7 +259,8 @@ class Engine:
     one pass of the model (`Llama.forward_packed`): requests join between steps and leave as soon as they finish.
 
     - policy "mixed": decodes and prefills share a step; "prefill-first": a step that can admit a prompt runs only
-      prefills, and decodes wait (the best TTFT, and the TPOT spikes it costs).
+      prefills, and decodes wait (the best TTFT, and the TPOT spikes it costs); "decode-first": a step with
+      sequences to decode runs only decodes, and prompts start when none is left (smooth TPOT, long queues).
     - chunk: the most prompt tokens one step prefills (chunked prefill); None prefills whole prompts.
     - cache "slot": each sequence reserves max_len positions; "paged": blocks of block_size positions as it grows,
       and when none is free the newest sequence is preempted and later recomputed.
@@ -354,6 +366,8 @@ class Engine:
     def _schedule(self) -> list[Segment]:
         if self.policy == "prefill-first":
             segs = self._prefills() or self._decodes()
+        elif self.policy == "decode-first":
+            segs = self._decodes() or self._prefills()
         else:
             segs = self._decodes() + self._prefills()
         # a sequence scheduled early in the step may have been preempted later in it to make room
@@ -420,7 +434,8 @@ class Engine:
                     self.cache.free(s.index)
                     self.running.remove(q)
             t_d = self._now()
-            steps.append(Step(t_a, t_d, tuple(prefill), tuple(decode), (), (t_b - t_a) + (t_d - t_c)))
+            steps.append(Step(t_a, t_d, tuple(prefill), tuple(decode), (), (t_b - t_a) + (t_d - t_c),
+                              len(self.waiting)))
         return Report(self.name, served, steps)
 
 

@@ -55,7 +55,8 @@ def reference(model, reqs):
 
 CONFIGS = [dict(cache="slot"), dict(cache="paged"), dict(cache="paged", chunk=5), dict(cache="slot", chunk=3),
            dict(cache="paged", policy="prefill-first"), dict(cache="slot", policy="prefill-first", chunk=4),
-           dict(cache="paged", block_size=4, max_batch=3)]
+           dict(cache="paged", block_size=4, max_batch=3), dict(cache="slot", policy="decode-first"),
+           dict(cache="paged", policy="decode-first", chunk=4)]
 
 
 @pytest.mark.parametrize("cfg", CONFIGS, ids=lambda c: "-".join(f"{k}={v}" for k, v in c.items()))
@@ -199,3 +200,21 @@ def test_decodes_of_very_different_lengths_attend_in_separate_groups(model):
     assert [s.seq for s in p.segments] == [0, 2, 1, 3]
     similar = c.pack([Segment(s, (5,), n, True) for s, n in [(0, 10), (1, 12), (2, 11)]])
     assert [(g.batch, g.kv_len) for g in similar.groups] == [(3, 13)]
+
+
+def test_step_policies_never_mix_what_they_keep_apart(model, reqs):
+    for policy in ("prefill-first", "decode-first"):
+        rep = Engine(model, max_len=64, max_batch=4, policy=policy).run(reqs)
+        assert not any(s.prefill and s.decode for s in rep.steps), policy
+    mixed = Engine(model, max_len=64, max_batch=4).run(reqs)
+    assert any(s.prefill and s.decode for s in mixed.steps)
+
+
+def test_saturated_batch_is_the_batch_while_requests_wait(model, reqs):
+    # a slot cache of 3 slots with everything queued at once: while requests wait, 3 run (after the start)
+    rep = Engine(model, cache="slot", kv_tokens=3 * 64, max_len=64, max_batch=8).run(reqs)
+    assert all(s.waiting >= 0 for s in rep.steps)
+    assert rep.saturated_batch == pytest.approx(3.0)
+    assert rep.mean_batch < 3.0                                      # the tail, with the queue empty, runs fewer
+    static = run_static(model, reqs, batch=4)
+    assert math.isnan(static.saturated_batch)                        # static batching does not log its queue
