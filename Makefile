@@ -15,6 +15,9 @@ export PYTHONUNBUFFERED := 1
 # One set of measured ceilings per build, shared by every chapter (and by nbval in `make test`); `make clean` drops it.
 export BOOK_CEILINGS ?= $(abspath _build)/ceilings.json
 
+# The book build's execution cache (_config.yml, execute.cache).
+NB_CACHE := $(abspath _build)/.jupyter_cache
+
 # Seconds one notebook cell may run under nbval (the book build's own limit is in _config.yml).
 CELL_TIMEOUT ?= 900
 BUILD_FLAGS  := -W -n --keep-going
@@ -47,8 +50,12 @@ book: build-book
 test-unit: setup
 	$(BIN)/python -m pytest -q tests --ignore=tests/test_browser.py
 
+# nbval runs the chapters as the static build would (BOOK_STATIC=1), and book.nbcache files each chapter that passed
+# into the build's execution cache, so build-book renders those outputs instead of executing every chapter twice.
 test-notebooks: setup
-	$(BIN)/python -m pytest -q --nbval-lax --nbval-cell-timeout=$(CELL_TIMEOUT) -p no:cacheprovider chapters
+	@mkdir -p _build
+	BOOK_STATIC=1 BOOK_NB_CACHE=$(NB_CACHE) $(BIN)/python -m pytest -q --nbval-lax \
+	    --nbval-cell-timeout=$(CELL_TIMEOUT) -p no:cacheprovider -p book.nbcache chapters
 
 test-browser: setup
 	$(BIN)/python -m pytest -q tests/test_browser.py
