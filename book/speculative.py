@@ -1,11 +1,17 @@
-"""How often a draft model agrees with its target: the acceptance rate alpha of speculative decoding (appendix A)."""
+"""Speculative decoding (chapter 05): a cheap draft proposes tokens, the target checks them all in one pass and keeps
+what it would have produced itself; and the acceptance rate alpha that decides how much that saves (appendix A)."""
 from __future__ import annotations
 
+import math
+import time
+from dataclasses import dataclass, field
 from typing import Sequence
 
 import torch
 
-__all__ = ["logits_of", "acceptance_rates", "windows", "tail_loop"]
+__all__ = ["logits_of", "acceptance_rates", "windows", "tail_loop", "verify", "ModelDraft", "PromptLookup",
+           "Round", "Run", "generate", "expected_tokens", "predicted_speedup", "best_gamma", "tv_distance",
+           "tv_samples_needed", "tv_test"]
 
 
 def logits_of(model, tokens: torch.Tensor) -> torch.Tensor:
@@ -81,3 +87,319 @@ def acceptance_rates(target, draft, batches: torch.Tensor | Sequence[torch.Tenso
         for t in mass:
             mass[t] += float(torch.minimum(torch.softmax(p / t, -1), torch.softmax(q / t, -1)).sum())
     return {"greedy": agree / total, "sampled": {t: m / total for t, m in mass.items()}, "positions": total}
+
+
+# ------------------------------------------------------------------------------------------------ chapter 05
+
+def _probs(logits: torch.Tensor, temperature: float) -> torch.Tensor:
+    return torch.softmax(logits.float() / temperature, dim=-1)
+
+
+def verify(p: torch.Tensor, q: torch.Tensor | None, drafted: Sequence[int], *, temperature: float,
+           generator: torch.Generator | None = None, residual: bool = True, ratio: bool = True
+           ) -> tuple[int, int]:
+    """Check drafted tokens against the target (chapter 05): returns (how many are accepted, the next token).
+
+    p: the target's probabilities [k+1, V] at the k drafted positions and one past them; q: the draft's [k, V], or
+    None for a draft that proposes deterministically (prompt lookup: q is one at the drafted token). Greedy
+    (temperature 0): accept while the target's most likely token is the drafted one; the next token is the target's
+    choice where they differ, or a bonus from p[k] when all are accepted. Sampled: accept token x with probability
+    min(1, p(x)/q(x)); on the first rejection draw the next token from the residual max(0, p - q), renormalised, so
+    that every token comes out with exactly the target's probability (Leviathan et al. 2023; Chen et al. 2023).
+    `residual=False` (draw from p instead) and `ratio=False` (accept exactly when q(x) <= p(x)) are the two broken
+    variants chapter 05 shows its exactness test catching.
+    """
+    k = len(drafted)
+    if p.shape[0] != k + 1 or (q is not None and q.shape[0] != k):
+        raise ValueError(f"need p for {k + 1} positions and q for {k}, got {tuple(p.shape)} and "
+                         f"{None if q is None else tuple(q.shape)}")
+    if temperature <= 0:
+        best = p[:k + 1].argmax(-1).tolist()
+        n = 0
+        while n < k and best[n] == drafted[n]:
+            n += 1
+        return n, best[n]
+    dev = p.device
+    u = torch.rand(k, generator=generator, device=dev).tolist() if k else []
+    for i, x in enumerate(drafted):
+        px = float(p[i, x])
+        qx = 1.0 if q is None else float(q[i, x])
+        ok = (px >= qx) if not ratio else (u[i] < min(1.0, px / qx) if qx > 0 else True)
+        if not ok:
+            if residual:
+                r = p[i].clone()
+                if q is None:
+                    r[x] = 0.0
+                else:
+                    r = (r - q[i]).clamp_min(0.0)
+                total = float(r.sum())
+                r = p[i] if total <= 0 else r / total
+            else:
+                r = p[i]
+            return i, int(torch.multinomial(r, 1, generator=generator)[0])
+    return k, int(torch.multinomial(p[k], 1, generator=generator)[0])
+
+
+class ModelDraft:
+    """A small language model as the draft (chapter 05): the book's decoder with its own KV cache, kept in step with
+    the accepted text (rejected drafts are rewound, O(1))."""
+
+    name = "draft model"
+
+    def __init__(self, model, name: str | None = None):
+        self.model = model
+        self.name = name or getattr(model.arch, "name", "draft model")
+        self.calls = 0
+
+    def start(self, tokens: Sequence[int], room: int) -> None:
+        """A new sequence: the prompt (and any tokens already generated) and the positions it may grow to."""
+        _ensure_cache(self.model, room)
+        self.cached = 0                     # tokens of the context in the draft's cache
+        self.context = list(tokens)
+
+    def propose(self, k: int, temperature: float, generator: torch.Generator | None
+                ) -> tuple[list[int], torch.Tensor | None]:
+        """k drafted tokens and the draft's probabilities [k, V] they were drawn from (greedy: None)."""
+        m = self.model
+        pending = torch.tensor(self.context[self.cached:], device=m.device)
+        logits = m.extend(pending[None])[0, -1]
+        self.calls += 1
+        out, qs = [], []
+        for i in range(k):
+            if temperature <= 0:
+                x = int(logits.argmax())
+            else:
+                q = _probs(logits, temperature)
+                x = int(torch.multinomial(q, 1, generator=generator)[0])
+                qs.append(q)
+            out.append(x)
+            if i + 1 < k:
+                logits = m.decode_step(torch.tensor([x], device=m.device))[0]
+                self.calls += 1
+        self.cached = len(self.context) + k - 1      # the last drafted token is never fed
+        return out, (torch.stack(qs) if qs else None)
+
+    def accept(self, tokens: Sequence[int]) -> None:
+        """The target's verdict: `tokens` (accepted drafts plus its own next token) join the context."""
+        keep = min(self.cached, len(self.context) + max(0, len(tokens) - 1))
+        self.cached = keep
+        self.model.rewind(keep)
+        self.context.extend(tokens)
+
+
+class PromptLookup:
+    """Prompt lookup (chapter 05): propose what followed the last earlier occurrence of the text's final n tokens,
+    in the prompt or the text generated so far; no model, no cost, and deterministic (q is one at each guess)."""
+
+    def __init__(self, ngram: int = 3, min_ngram: int = 1):
+        if not 1 <= min_ngram <= ngram:
+            raise ValueError(f"need 1 <= min_ngram <= ngram, got {min_ngram} and {ngram}")
+        self.ngram, self.min_ngram = ngram, min_ngram
+        self.name = f"prompt lookup ({ngram}-gram)"
+        self.calls = 0
+
+    def start(self, tokens: Sequence[int], room: int) -> None:
+        self.context = list(tokens)
+
+    def propose(self, k: int, temperature: float, generator: torch.Generator | None
+                ) -> tuple[list[int], None]:
+        t = self.context
+        for n in range(min(self.ngram, len(t) - 1), self.min_ngram - 1, -1):
+            tail = t[-n:]
+            for start in range(len(t) - n - 1, -1, -1):           # the most recent earlier match
+                if t[start:start + n] == tail:
+                    return t[start + n:start + n + k], None
+        return [], None
+
+    def accept(self, tokens: Sequence[int]) -> None:
+        self.context.extend(tokens)
+
+
+@dataclass
+class Round:
+    """One draft-and-verify round (chapter 05): times in seconds since the run started, what was proposed, how many
+    the target kept, and the token it added."""
+    draft_start: float
+    draft_end: float
+    verify_end: float
+    proposed: list[int]
+    accepted: int
+    next_token: int
+
+
+@dataclass
+class Run:
+    """A speculative generation: its tokens, every round, and the counts the speedup formula needs (chapter 05)."""
+    tokens: list[int]
+    rounds: list[Round] = field(default_factory=list)
+    gamma: int = 0
+    draft_calls: int = 0
+    target_calls: int = 0
+    seconds: float = 0.0
+
+    @property
+    def proposed(self) -> int:
+        return sum(len(r.proposed) for r in self.rounds)
+
+    @property
+    def accepted(self) -> int:
+        return sum(r.accepted for r in self.rounds)
+
+    @property
+    def acceptance(self) -> float:
+        """Drafted tokens kept over drafted tokens proposed (chapter 05)."""
+        return self.accepted / self.proposed if self.proposed else math.nan
+
+    @property
+    def tokens_per_call(self) -> float:
+        """Tokens generated per target pass: 1 for plain decoding, up to gamma + 1 here (chapter 05)."""
+        return len(self.tokens) / self.target_calls if self.target_calls else math.nan
+
+
+def _ensure_cache(model, room: int) -> None:
+    """A batch-1 cache of at least `room` positions, reused from the last generation when it is big enough."""
+    c = model.cache
+    if c is None or c.max_len < room or c.k.dtype != model.dtype or c.k.device != model.device:
+        model.setup_cache(1, room)
+    model.cache.reset(1)
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+@torch.no_grad()
+def generate(target, draft, prompt: Sequence[int] | torch.Tensor, max_new_tokens: int, *, gamma: int = 4,
+             temperature: float = 0.0, generator: torch.Generator | None = None,
+             eos_token_id: int | None = None) -> Run:
+    """Speculative decoding of one prompt with the book's decoder as target (chapter 05).
+
+    The target prefills the prompt and picks the first token as usual; then each round the draft (a `ModelDraft`
+    or `PromptLookup`) proposes up to `gamma` tokens, the target scores all of them in one `extend` pass, `verify`
+    keeps a prefix and adds one token of the target's own, and both caches are rewound past what was rejected.
+    Greedy output equals the target's own greedy output; sampled output has exactly the target's distribution.
+    """
+    prompt = prompt.tolist() if isinstance(prompt, torch.Tensor) else list(prompt)
+    if not isinstance(gamma, int) or gamma < 1:
+        raise ValueError(f"gamma (tokens drafted per round) must be an integer >= 1, got {gamma!r}")
+    if not temperature >= 0:
+        raise ValueError(f"temperature must be >= 0 (0 = greedy), got {temperature}")
+    if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}")
+    if not prompt:
+        raise ValueError("the prompt is empty: give at least one token")
+    limit = target.arch.max_context
+    if len(prompt) + max_new_tokens > limit:
+        raise ValueError(f"a prompt of {len(prompt)} tokens plus {max_new_tokens} new ones needs "
+                         f"{len(prompt) + max_new_tokens} positions; {target.arch.name} allows {limit}")
+    if isinstance(draft, ModelDraft):
+        dv, tv = draft.model.arch.vocab, target.arch.vocab
+        if dv != tv:
+            raise ValueError(f"the draft's vocabulary ({dv} tokens) differs from the target's ({tv}): "
+                             f"their token ids do not mean the same thing")
+        if len(prompt) + max_new_tokens > draft.model.arch.max_context:
+            raise ValueError(f"the draft {draft.name} allows {draft.model.arch.max_context} positions, fewer "
+                             f"than the {len(prompt) + max_new_tokens} this generation needs")
+    dev = target.device
+    room = len(prompt) + max_new_tokens + gamma
+    _ensure_cache(target, min(room, limit))
+    draft.start(prompt, min(room, limit))
+    calls0 = draft.calls
+    run = Run([], gamma=gamma)
+    t0 = time.perf_counter()
+    logits = target.prefill(torch.tensor([prompt], device=dev))[0]
+    first = int(logits.argmax()) if temperature <= 0 else int(
+        torch.multinomial(_probs(logits, temperature), 1, generator=generator)[0])
+    run.target_calls = 1
+    run.tokens.append(first)
+    draft.accept([first])
+    while len(run.tokens) < max_new_tokens and run.tokens[-1] != eos_token_id:
+        k = min(gamma, max_new_tokens - len(run.tokens) - 1)
+        _sync(dev)
+        t_a = time.perf_counter() - t0
+        proposed, q = draft.propose(k, temperature, generator) if k > 0 else ([], None)
+        proposed = proposed[:k]
+        q = None if q is None else q[:len(proposed)]
+        _sync(dev)
+        t_b = time.perf_counter() - t0
+        base = len(prompt) + len(run.tokens) - 1           # cached in the target; the last token is pending
+        x = torch.tensor([[run.tokens[-1], *proposed]], device=dev)
+        logits = target.extend(x)[0]
+        run.target_calls += 1
+        scores = logits if temperature <= 0 else _probs(logits, temperature)
+        n, nxt = verify(scores, q, proposed, temperature=temperature, generator=generator)
+        target.rewind(base + 1 + n)
+        new = proposed[:n] + [nxt]
+        if eos_token_id is not None and eos_token_id in new:
+            new = new[:new.index(eos_token_id) + 1]
+        new = new[:max_new_tokens - len(run.tokens)]
+        run.tokens.extend(new)
+        draft.accept(new)
+        _sync(dev)
+        run.rounds.append(Round(t_a, t_b, time.perf_counter() - t0, proposed, n, nxt))
+    run.seconds = time.perf_counter() - t0
+    run.draft_calls = draft.calls - calls0
+    return run
+
+
+# ------------------------------------------------------------------------------------ the speedup formula
+
+def expected_tokens(alpha: float, gamma: int) -> float:
+    """Tokens a round yields on average when each drafted token survives with probability alpha, independently:
+    (1 - alpha^(gamma+1)) / (1 - alpha) (chapter 05)."""
+    if not 0 <= alpha <= 1:
+        raise ValueError(f"alpha is a probability, got {alpha}")
+    if not isinstance(gamma, int) or gamma < 0:
+        raise ValueError(f"gamma must be an integer >= 0, got {gamma!r}")
+    return gamma + 1.0 if alpha == 1 else (1 - alpha ** (gamma + 1)) / (1 - alpha)
+
+
+def predicted_speedup(alpha: float, gamma: int, c: float, verify_cost: float = 1.0) -> float:
+    """Speculative over plain decoding, tokens per second: expected tokens per round over the round's cost in
+    target steps, gamma drafts of c each plus one verification pass of `verify_cost` (1 while memory-bound)
+    (chapter 05; Leviathan et al. 2023)."""
+    if not c >= 0 or not verify_cost > 0:
+        raise ValueError(f"need a draft cost c >= 0 and a verification cost > 0, got {c} and {verify_cost}")
+    return expected_tokens(alpha, gamma) / (gamma * c + verify_cost)
+
+
+def best_gamma(alpha: float, c: float, max_gamma: int = 16) -> int:
+    """The draft length with the highest predicted speedup, 1..max_gamma (chapter 05)."""
+    return max(range(1, max_gamma + 1), key=lambda g: predicted_speedup(alpha, g, c))
+
+
+# --------------------------------------------------------------------------------------- exactness test
+
+def tv_distance(p: torch.Tensor, q: torch.Tensor) -> float:
+    """Total-variation distance between two distributions over the same outcomes: half the L1 gap (chapter 05)."""
+    return 0.5 * float((p.double() - q.double()).abs().sum())
+
+
+def tv_samples_needed(categories: int, eps: float, delta: float = 1e-3) -> int:
+    """Samples for a TV test that detects any distribution at TV >= eps from the target's with probability
+    >= 1 - delta, and raises a false alarm with probability <= delta: the empirical distribution of n samples is
+    within eps/2 of the truth except with probability 2^k exp(-n eps^2 / 2) (Bretagnolle-Huber-Carol) (chapter 05)."""
+    if categories < 1 or not 0 < eps <= 1 or not 0 < delta < 1:
+        raise ValueError(f"need categories >= 1, 0 < eps <= 1, 0 < delta < 1; got {categories}, {eps}, {delta}")
+    return math.ceil(2 * (categories * math.log(2) + math.log(1 / delta)) / eps ** 2)
+
+
+def tv_test(samples: Sequence[int] | torch.Tensor, p: torch.Tensor, *, eps: float, delta: float = 1e-3,
+            min_mass: float | None = None) -> dict:
+    """Do `samples` (token ids) come from p? Outcomes rarer than `min_mass` (default eps / categories) are pooled
+    into one 'other' category; passes when the empirical TV distance is below eps/2. Returns the distance, the
+    sample size the guarantee needs, and whether it passed (chapter 05)."""
+    s = torch.as_tensor(samples, dtype=torch.long).flatten().cpu()
+    p = p.double().flatten().cpu()
+    if s.numel() == 0:
+        raise ValueError("no samples")
+    keep = torch.nonzero(p >= (min_mass if min_mass is not None else eps / 64)).flatten()
+    k = keep.numel() + 1
+    emp = torch.bincount(s, minlength=p.numel()).double() / s.numel()
+    pe = torch.cat([p[keep], (1 - p[keep].sum()).clamp_min(0)[None]])
+    ee = torch.cat([emp[keep], (1 - emp[keep].sum()).clamp_min(0)[None]])
+    d = tv_distance(ee, pe)
+    need = tv_samples_needed(k, eps, delta)
+    return {"tv": d, "threshold": eps / 2, "categories": k, "samples": s.numel(), "needed": need,
+            "passed": d < eps / 2, "powered": s.numel() >= need}

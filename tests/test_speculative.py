@@ -67,3 +67,145 @@ def test_acceptance_sampled_is_overlap_of_distributions():
     assert a["sampled"][1.0] < 1e-6
     with pytest.raises(ValueError):
         speculative.acceptance_rates(_Toy(t), _Toy(d), torch.zeros(1, 3, dtype=torch.long), temperatures=(0,))
+
+
+# ------------------------------------------------------------------------------------------------ chapter 05
+
+transformers = pytest.importorskip("transformers")
+
+
+def tiny(seed: int = 0, sharp: float = 1.0):
+    from book.llama import Llama
+    cfg = transformers.LlamaConfig(vocab_size=48, hidden_size=64, intermediate_size=112, num_hidden_layers=2,
+                                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=96,
+                                   bos_token_id=1, eos_token_id=2, pad_token_id=None, tie_word_embeddings=False)
+    torch.manual_seed(seed)
+    hf = transformers.LlamaForCausalLM(cfg).eval()
+    with torch.no_grad():
+        hf.lm_head.weight.mul_(sharp)                  # sharper next-token distributions than a random init gives
+    return Llama.from_hf(hf)
+
+
+@pytest.fixture(scope="module")
+def pair():
+    return tiny(0, sharp=12.0), tiny(1, sharp=12.0)
+
+
+PROMPTS = [[5, 9, 11, 3], [7], [4, 4, 4, 8, 9, 4, 4, 4, 8], list(range(10, 30))]
+
+
+def test_verify_greedy_keeps_the_agreeing_prefix_and_adds_the_targets_token():
+    p = torch.full((4, 6), -5.0)
+    for i, best in enumerate([2, 3, 1, 5]):
+        p[i, best] = 5.0
+    assert speculative.verify(p, None, [2, 3, 4], temperature=0) == (2, 1)      # third draft differs: target's 1
+    assert speculative.verify(p, None, [2, 3, 1], temperature=0) == (3, 5)      # all kept, bonus from the last row
+    assert speculative.verify(p[:1], None, [], temperature=0) == (0, 2)          # nothing drafted: a plain step
+
+
+@pytest.mark.parametrize("draft", ["same", "other", "lookup"])
+@pytest.mark.parametrize("gamma", [1, 3, 6])
+def test_greedy_speculative_equals_target_greedy(pair, draft, gamma):
+    target, other = pair
+    d = {"same": lambda: speculative.ModelDraft(tiny(0, sharp=12.0)), "other": lambda: speculative.ModelDraft(other),
+         "lookup": lambda: speculative.PromptLookup(3)}[draft]()
+    for prompt in PROMPTS:
+        want = target.generate([prompt], 20)[0].tolist()
+        run = speculative.generate(target, d, prompt, 20, gamma=gamma)
+        assert run.tokens == want, (draft, gamma, prompt)
+        assert run.target_calls == len(run.rounds) + 1
+        if draft == "same":                        # a draft that is the target is always right
+            assert run.accepted == run.proposed and run.tokens_per_call > 1
+
+
+def test_speculative_stops_at_eos_and_counts_calls(pair):
+    target, other = pair
+    want = target.generate([PROMPTS[0]], 12)[0].tolist()
+    eos = want[5]
+    run = speculative.generate(target, speculative.ModelDraft(other), PROMPTS[0], 12, gamma=4, eos_token_id=eos)
+    assert run.tokens == want[:want.index(eos) + 1]
+    assert run.draft_calls >= sum(1 for r in run.rounds if r.proposed)
+
+
+def test_prompt_lookup_proposes_what_followed_the_last_match():
+    d = speculative.PromptLookup(ngram=2)
+    d.start([1, 2, 3, 4, 9, 1, 2], 32)
+    assert d.propose(3, 0.0, None) == ([3, 4, 9], None)
+    d.accept([7])                                   # "2 7" never occurred; "7" neither: nothing to propose
+    assert d.propose(3, 0.0, None) == ([], None)
+
+
+def _broken_output(p: torch.Tensor, q: torch.Tensor, residual: bool, ratio: bool) -> torch.Tensor:
+    """The exact distribution of verify's token for one drafted position (the test's alternative hypothesis)."""
+    acc = torch.minimum(p, q) if ratio else torch.where(q <= p, q, torch.zeros_like(q))
+    rest = 1 - acc.sum()
+    r = (p - q).clamp_min(0) if residual else p
+    return acc + rest * r / r.sum()
+
+
+TOY_P = torch.tensor([0.40, 0.25, 0.15, 0.10, 0.06, 0.04], dtype=torch.float64)
+TOY_Q = torch.tensor([0.10, 0.10, 0.40, 0.30, 0.05, 0.05], dtype=torch.float64)
+
+
+@pytest.mark.parametrize("residual,ratio,exact", [(True, True, True), (False, True, False), (True, False, False)])
+def test_speculative_sampling_is_exact_and_the_test_catches_broken_variants(residual, ratio, exact):
+    eps = 0.06
+    bad = _broken_output(TOY_P, TOY_Q, residual, ratio)
+    assert (speculative.tv_distance(bad, TOY_P) < 1e-12) == exact
+    if not exact:
+        assert speculative.tv_distance(bad, TOY_P) >= eps             # the broken variants are detectable at eps
+    n = speculative.tv_samples_needed(len(TOY_P) + 1, eps)
+    g = torch.Generator().manual_seed(0)
+    p2 = torch.stack([TOY_P, TOY_P]).float()
+    out = []
+    for _ in range(n):
+        x = int(torch.multinomial(TOY_Q.float(), 1, generator=g))
+        kept, nxt = speculative.verify(p2, TOY_Q.float()[None], [x], temperature=1.0, generator=g,
+                                       residual=residual, ratio=ratio)
+        out.append(x if kept else nxt)                # the token at the drafted position
+    res = speculative.tv_test(out, TOY_P, eps=eps)
+    assert res["powered"] and res["passed"] == exact, res
+
+
+def test_sampled_generate_has_the_targets_distribution(pair):
+    target, other = pair
+    prompt = [5, 9, 11, 3]
+    with torch.no_grad():
+        p1 = torch.softmax(target(torch.tensor([prompt]))[0, -1].double(), -1)
+        ctx = torch.tensor([prompt + [t] for t in range(48)])
+        p2 = (p1[:, None] * torch.softmax(target(ctx)[:, -1].double(), -1)).sum(0)   # the second token's marginal
+    eps = 0.15
+    n = speculative.tv_samples_needed(int((p2 >= eps / 64).sum()) + 1, eps)
+    g = torch.Generator().manual_seed(1)
+    d = speculative.ModelDraft(other)
+    second = [speculative.generate(target, d, prompt, 3, gamma=2, temperature=1.0, generator=g).tokens[1]
+              for _ in range(n)]
+    res = speculative.tv_test(second, p2, eps=eps)
+    assert res["powered"] and res["passed"], res
+
+
+def test_formula_and_bad_input(pair):
+    assert speculative.expected_tokens(0.0, 4) == 1.0
+    assert speculative.expected_tokens(1.0, 4) == 5.0
+    assert speculative.expected_tokens(0.5, 2) == pytest.approx(1.75)
+    assert speculative.predicted_speedup(0.5, 2, 0.0) == pytest.approx(1.75)
+    assert speculative.predicted_speedup(0.8, 4, 0.05) == pytest.approx((1 - 0.8 ** 5) / 0.2 / 1.2)
+    assert speculative.best_gamma(0.9, 0.01) > speculative.best_gamma(0.5, 0.2)
+    target, other = pair
+    d = speculative.ModelDraft(other)
+    for kw, msg in [(dict(gamma=0), "gamma"), (dict(temperature=-1.0), "temperature"),
+                    (dict(max_new_tokens=0), "max_new_tokens")]:
+        with pytest.raises(ValueError, match=msg):
+            speculative.generate(target, d, [1, 2], **{"max_new_tokens": 4, **kw})
+    with pytest.raises(ValueError, match="empty"):
+        speculative.generate(target, d, [], 4)
+    with pytest.raises(ValueError, match="allows 96"):
+        speculative.generate(target, d, list(range(90)), 10)
+    from book.llama import Llama
+    cfg = transformers.LlamaConfig(vocab_size=50, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                                   num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=96)
+    odd = Llama.from_hf(transformers.LlamaForCausalLM(cfg).eval())
+    with pytest.raises(ValueError, match="vocabulary"):
+        speculative.generate(target, speculative.ModelDraft(odd), [1, 2], 4)
+    with pytest.raises(ValueError, match="alpha"):
+        speculative.expected_tokens(1.5, 2)
