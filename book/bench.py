@@ -1,7 +1,9 @@
 """Benchmarks from the command line: `python -m book.bench decode` times the book's decoder against Hugging Face
 `generate` on the same weights and reports bytes per step, bandwidth and MBU (chapter 02); `python -m book.bench
 serve` serves one workload with the book's static and continuous-batching engines and with Hugging Face's, all at
-once and then under Poisson load, and reports throughput and latency percentiles (chapter 04)."""
+once and then under Poisson load, and reports throughput and latency percentiles (chapter 04); `python -m book.bench
+speculative` measures speculative decoding with the book's model pair against its formula and against Hugging Face
+assisted generation (chapter 05)."""
 from __future__ import annotations
 
 import argparse
@@ -21,7 +23,8 @@ from .llama import Llama
 from .models import Architecture, architecture, build_random
 from .timing import Timing, format_seconds, time_fn
 
-__all__ = ["DecodeResult", "bench_decode", "ServeRun", "ServeResult", "bench_serve", "main"]
+__all__ = ["DecodeResult", "bench_decode", "ServeRun", "ServeResult", "bench_serve", "SpecResult", "bench_speculative",
+           "held_out_prompts", "main"]
 
 DTYPE_NAMES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -466,8 +469,132 @@ def bench_serve(model_path: str | None = None, *, requests: int = 48, rate: floa
                        ttft_p95_static_over_continuous=ttft_ratio)
 
 
+def held_out_prompts(tokenizer, n: int = 8, length: int = 64) -> list[list[int]]:
+    """n prompts of `length` tokens from the book's validation files (code the models never trained on), spread
+    evenly over them (chapter 05)."""
+    from .speculative import windows
+    from .train import encode, load_corpus
+    val = encode(tokenizer, list(load_corpus().val.values()))
+    w = windows(val, length)
+    step = max(1, len(w) // n)
+    return [r.tolist() for r in w[::step][:n]]
+
+
+@dataclass(frozen=True)
+class SpecResult:
+    """What `bench_speculative` measured (chapter 05)."""
+    device: str
+    dtype: str
+    alpha: float
+    c: float
+    plain_tokens_per_s: float
+    gammas: tuple[int, ...]
+    measured: tuple[float, ...]
+    predicted: tuple[float, ...]
+    predicted_isolated: tuple[float, ...]
+    lookup: tuple[float, ...]
+    identical: int
+    hf_plain_tokens_per_s: float
+    hf_assisted_tokens_per_s: float
+    book_over_hf: float
+
+
+def bench_speculative(*, prompts: int = 8, new_tokens: int = 128, gammas: Sequence[int] = (1, 2, 3, 4, 6, 8),
+                      device: str | None = None, dtype: str = "fp32", hf: bool = True,
+                      out: Callable[[str], None] = print) -> SpecResult:
+    """Greedy speculative decoding of held-out prompts with `coder` as target: the draft `coder-draft` and prompt
+    lookup at each gamma, against plain decoding and against the formula from measured alpha and c; then Hugging
+    Face assisted generation on the same pair; last a SUMMARY line (chapter 05)."""
+    import transformers
+
+    from .models import load, load_tokenizer
+    from .peers import hf_assisted
+    from .speculative import (ModelDraft, PromptLookup, acceptance_rates, expected_tokens, predicted_speedup,
+                              compare, step_costs)
+
+    gammas = tuple(gammas)
+    if not gammas or any(not isinstance(g, int) or g < 1 for g in gammas):
+        raise ValueError(f"gammas must be integers >= 1, got {gammas}")
+    for name, v in (("prompts", prompts), ("new_tokens", new_tokens)):
+        if not isinstance(v, int) or v < 1:
+            raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
+    if dtype not in DTYPE_NAMES:
+        raise ValueError(f"unknown dtype {dtype!r}; use one of {', '.join(DTYPE_NAMES)}")
+    dev = as_device(device)
+    out("speculative decoding benchmark: target coder, draft coder-draft and prompt lookup; greedy")
+    out(f"device: {dev.type} - {device_name(dev)}; torch {torch.__version__}, transformers {transformers.__version__}")
+    hf_t, hf_d = load("coder", dtype=dtype, device=dev), load("coder-draft", dtype=dtype, device=dev)
+    target, draft = Llama.from_hf(hf_t), Llama.from_hf(hf_d)
+    tok = load_tokenizer("coder")
+    ps = held_out_prompts(tok, prompts)
+    if len(ps[0]) + new_tokens > target.arch.max_context:
+        raise ValueError(f"64 prompt tokens plus {new_tokens} new ones exceed coder's context "
+                         f"({target.arch.max_context})")
+    out(f"workload: {len(ps)} held-out prompts of {len(ps[0])} tokens, {new_tokens} new tokens each, {dtype}")
+
+    drafts = {"coder-draft": ModelDraft(draft), "lookup": PromptLookup(3)}
+    compare(target, drafts, ps[:1], 16, gammas[:2])                     # warm-up
+    cmp = compare(target, drafts, ps, new_tokens, gammas)
+    ref = cmp.reference
+    plain_tps = len(ps) * new_tokens / cmp.plain_seconds
+    own = torch.tensor([p + r for p, r in zip(ps, ref)], device=dev)
+    alpha = acceptance_rates(target, draft, own, skip=len(ps[0]))["greedy"]
+    mid = ps[0] + ref[0][:new_tokens // 2]
+    costs = step_costs(target, draft, mid, ks=tuple(sorted({g + 1 for g in gammas} | {1})))
+    out(f"plain decoding (book): {plain_tps:,.1f} tokens/s, {cmp.step_s * 1e3:.2f} ms a token; greedy alpha "
+        f"(teacher-forced on the target's own outputs) {alpha:.3f}")
+    out(f"costs of isolated steps at context {costs.context}: target step {costs.target_step * 1e3:.2f} ms, draft "
+        f"step {costs.draft_step * 1e3:.2f} ms, c = {costs.c:.3f}; target pass over k tokens / step: "
+        + ", ".join(f"k={k}: {costs.v(k):.2f}" for k in sorted(costs.verify)))
+    pts, look = cmp.points["coder-draft"], cmp.points["lookup"]
+    out(f"{'gamma':>5} {'alpha':>6} {'tok/pass':>8} {'E[tok/pass]':>11} {'c run':>6} {'v run':>6} {'speedup':>8} "
+        f"{'formula':>8} {'ratio':>6} {'isolated':>8} {'same':>5} | {'lookup':>7} {'alpha':>6} {'same':>5}")
+    measured, predicted, pred_iso = [], [], []
+    for p, q in zip(pts, look):
+        m = cmp.speedup("coder-draft", p.gamma)
+        c_run, v_run = p.draft_call_s / cmp.step_s, p.verify_s / cmp.step_s
+        f = predicted_speedup(alpha, p.gamma, c_run, v_run)
+        fi = predicted_speedup(alpha, p.gamma, costs.c, costs.v(p.gamma + 1))
+        measured.append(m), predicted.append(f), pred_iso.append(fi)
+        out(f"{p.gamma:5d} {p.alpha:6.3f} {p.tokens_per_call:8.2f} {expected_tokens(alpha, p.gamma):11.2f} "
+            f"{c_run:6.3f} {v_run:6.2f} {m:7.2f}x {f:7.2f}x {m / f:6.2f} {fi:7.2f}x {p.identical:2d}/{len(ps)} | "
+            f"{cmp.speedup('lookup', q.gamma):6.2f}x {q.alpha:6.3f} {q.identical:2d}/{len(ps)}")
+    out("speedup = plain seconds / speculative seconds, prompt by prompt; formula = E[tok/pass] / (gamma c + v) with "
+        "c and v measured inside the runs (per draft call and per verification pass, over plain seconds per token); "
+        "isolated: c and v from single steps timed apart")
+    identical = sum(p.identical for p in pts) + sum(q.identical for q in look)
+    t_plain = cmp.plain_seconds
+    best = max(range(len(gammas)), key=lambda i: measured[i])
+    g_best = gammas[best]
+    hf_plain = hf_ass = hf_look = None
+    if hf:
+        hf_assisted(hf_t, ps[:1], 8)                          # warm-up
+        hf_plain = hf_assisted(hf_t, ps, new_tokens)
+        hf_ass = hf_assisted(hf_t, ps, new_tokens, assistant=hf_d, gamma=g_best)
+        hf_def = hf_assisted(hf_t, ps, new_tokens, assistant=hf_d)
+        hf_look = hf_assisted(hf_t, ps, new_tokens, lookup=gammas[max(range(len(gammas)),
+                                                                       key=lambda i: t_plain / look[i].seconds)])
+        for r in (hf_plain, hf_ass, hf_def, hf_look):
+            same = sum(a == b for a, b in zip(r.tokens, ref))
+            out(f"{r.name:>34}: {r.tokens_per_s:8,.1f} tokens/s, {r.tokens_per_s / hf_plain.tokens_per_s:.2f}x HF "
+                f"plain; output equal to the book's plain greedy for {same}/{len(ps)}")
+    book_spec = len(ps) * new_tokens / pts[best].seconds
+    ratio = book_spec / hf_ass.tokens_per_s if hf_ass else math.nan
+    out(f"book speculative (gamma {g_best}): {book_spec:,.1f} tokens/s"
+        + (f"; book / HF assisted at the same gamma: {ratio:.2f}x" if hf_ass else ""))
+    worst = max(abs(m / f - 1) for m, f in zip(measured, predicted))
+    out(f"SUMMARY device={dev.type} dtype={dtype} alpha={alpha:.3f} c={costs.c:.3f} best_gamma={g_best} "
+        f"speedup={measured[best]:.2f}x formula={predicted[best]:.2f}x worst_gap={worst:.0%} "
+        f"lookup_best={max(t_plain / q.seconds for q in look):.2f}x book/HF_assisted={ratio:.2f}x "
+        f"identical={identical}/{2 * len(ps) * len(gammas)}")
+    return SpecResult(device_name(dev), dtype, alpha, costs.c, plain_tps, gammas, tuple(measured), tuple(predicted),
+                      tuple(pred_iso), tuple(t_plain / q.seconds for q in look), identical,
+                      hf_plain.tokens_per_s if hf_plain else math.nan, hf_ass.tokens_per_s if hf_ass else math.nan,
+                      ratio)
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Command line: `python -m book.bench decode|serve [options]`; see --help (chapters 02 and 04)."""
+    """Command line: `python -m book.bench decode|serve|speculative [options]`; see --help (chapters 02, 04, 05)."""
     p = argparse.ArgumentParser(prog="python -m book.bench", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
     d = sub.add_parser("decode", help="book decoder vs HF generate: bytes per step, bandwidth, MBU",
@@ -505,7 +632,26 @@ def main(argv: list[str] | None = None) -> int:
     v.add_argument("--dtype", choices=list(DTYPE_NAMES), default="fp32", help="weights (default fp32)")
     v.add_argument("--model-path", default=None, help="a folder holding a transformers Llama (default: the book's "
                    "coder model)")
+    sp = sub.add_parser("speculative", help="speculative decoding with the book's pair: alpha, c, speedup per gamma "
+                        "against the formula, and HF assisted generation",
+                        description="Greedy speculative decoding of held-out prompts (coder as target; coder-draft "
+                                    "and prompt lookup as drafts) at each gamma, against plain decoding, against the "
+                                    "formula from measured alpha and c, and against Hugging Face assisted generation.")
+    sp.add_argument("--prompts", type=int, default=8, help="held-out prompts (default 8)")
+    sp.add_argument("--new-tokens", type=int, default=128, help="new tokens per prompt (default 128)")
+    sp.add_argument("--gammas", default="1,2,3,4,6,8", help="draft lengths, comma-separated (default 1,2,3,4,6,8)")
+    sp.add_argument("--device", default=None, help="cpu or cuda (default: the book's device, $BOOK_DEVICE)")
+    sp.add_argument("--dtype", choices=list(DTYPE_NAMES), default="fp32", help="weights (default fp32)")
+    sp.add_argument("--no-hf", action="store_true", help="skip Hugging Face assisted generation")
     a = p.parse_args(argv)
+    if a.command == "speculative":
+        try:
+            gammas = tuple(int(g) for g in a.gammas.split(","))
+        except ValueError:
+            p.error(f"--gammas takes integers separated by commas, got {a.gammas!r}")
+        bench_speculative(prompts=a.prompts, new_tokens=a.new_tokens, gammas=gammas, device=a.device, dtype=a.dtype,
+                          hf=not a.no_hf)
+        return 0
     if a.command == "serve":
         bench_serve(a.model_path, requests=a.requests, rate=a.rate, max_batch=a.max_batch, seed=a.seed,
                     device=a.device, dtype=a.dtype)

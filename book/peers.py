@@ -1,12 +1,15 @@
-"""The same requests served by Hugging Face transformers, so chapter 04 can put its engines beside a library's
-(chapter 04).
+"""The same requests served by Hugging Face transformers, so chapters 04 and 05 can put the book's engines beside a
+library's (chapters 04 and 05).
 
 - `hf_continuous`: transformers' own continuous batching (`init_continuous_batching`: a background loop over a paged
   cache, requests joining and leaving between steps), each request added when its arrival time comes.
 - `hf_static`: static batching with plain `generate` on left-padded prompts, with the same batching rule as
   `book.serve.run_static`.
 
-Both return a `book.serve.Report`, so `book.serve.table` lists them with the book's engines. Times come from the same
+- `hf_assisted`: one prompt at a time through `generate`, plain, with an assistant model (assisted generation) or
+  with prompt lookup: the peer of `book.speculative` (chapter 05).
+
+The first two return a `book.serve.Report`, so `book.serve.table` lists them with the book's engines. Times come from the same
 clock (`time.perf_counter`): HF's own per-token stamps for the continuous manager, a logits-processor hook after each
 forward pass for `generate`. Only greedy requests (temperature 0) are served; a request without an end-of-sequence id
 never stops early, and one with an id stops after producing it, as in the book's engines.
@@ -18,6 +21,7 @@ import math
 import time
 from collections import deque
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Callable, Iterator, Sequence
 
 import torch
@@ -25,7 +29,7 @@ import torch
 from .device import synchronize
 from .serve import Report, Request, Served, Step, admit, static_batches
 
-__all__ = ["hf_continuous", "hf_static", "SCHEDULERS"]
+__all__ = ["hf_continuous", "hf_static", "hf_assisted", "HFRun", "SCHEDULERS"]
 
 SCHEDULERS = ("fifo", "prefill_first")
 CB_LOGGER = "ContinuousBatchingLogger"   # transformers' continuous batching logs here, apart from its own logger
@@ -68,6 +72,18 @@ def _quiet_cb_logs(level: int = logging.ERROR) -> Iterator[None]:
         yield
     finally:
         log.setLevel(old)
+
+
+@contextmanager
+def _quiet_transformers() -> Iterator[None]:
+    """transformers' own warnings about how assisted generation combines its configs, silenced for one call."""
+    from transformers.utils import logging as hf_logging
+    old = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(old)
 
 
 def _cut(tokens: Sequence[int], r: Request) -> list[int]:
@@ -254,3 +270,68 @@ def _generate_batch(hf, group: list[Served], steps: list[Step], now: Callable[[]
         live = tuple(s.index for s in group if len(s.tokens) > k)
         pad_rows = tuple(i for i, s in zip(idx, group) if len(s.tokens) <= k)
         steps.append(Step(start, end, prefill if k == 0 else (), () if k == 0 else live, () if k == 0 else pad_rows))
+
+
+# ------------------------------------------------------------------------------------------ assisted generation
+
+@dataclass
+class HFRun:
+    """Prompts through Hugging Face `generate` (chapter 05): the new tokens of each and the wall seconds of all."""
+    name: str
+    tokens: list[list[int]]
+    seconds: float
+
+    @property
+    def tokens_per_s(self) -> float:
+        return sum(len(t) for t in self.tokens) / self.seconds if self.seconds > 0 else math.nan
+
+
+@torch.no_grad()
+def hf_assisted(hf, prompts: Sequence[Sequence[int]], max_new_tokens: int, *, assistant=None,
+                gamma: int | None = None, lookup: int | None = None, temperature: float = 0.0,
+                seed: int = 0) -> HFRun:
+    """Each prompt through `hf.generate` on its own (chapter 05): plain decoding; with `assistant` (a smaller
+    transformers model with the same vocabulary) assisted generation, drafting `gamma` tokens a round (constant,
+    no confidence cut-off) or, with gamma None, transformers' default schedule; with `lookup` prompt lookup that
+    drafts `lookup` tokens a round. Greedy at temperature 0, else sampled (seeded once)."""
+    import copy
+    if assistant is not None and lookup is not None:
+        raise ValueError("give an assistant model or prompt lookup, not both")
+    if gamma is not None and (not isinstance(gamma, int) or gamma < 1):
+        raise ValueError(f"gamma must be an integer >= 1 or None (transformers' schedule), got {gamma!r}")
+    if lookup is not None and (not isinstance(lookup, int) or lookup < 1):
+        raise ValueError(f"lookup must be an integer >= 1, got {lookup!r}")
+    if not temperature >= 0:
+        raise ValueError(f"temperature must be >= 0 (0 = greedy), got {temperature}")
+    # no end-of-sequence stop, like the book's decoder: every prompt gets exactly max_new_tokens
+    kw: dict = dict(max_new_tokens=max_new_tokens, eos_token_id=None, pad_token_id=0)
+    kw.update(do_sample=False) if temperature <= 0 else kw.update(do_sample=True, temperature=temperature, top_k=0,
+                                                                   top_p=1.0)
+    name = "HF generate"
+    if assistant is not None:
+        if assistant.config.vocab_size != hf.config.vocab_size:
+            raise ValueError(f"the assistant's vocabulary ({assistant.config.vocab_size}) differs from the "
+                             f"target's ({hf.config.vocab_size})")
+        assistant = copy.copy(assistant)
+        assistant.generation_config = copy.deepcopy(assistant.generation_config)
+        if gamma is not None:
+            assistant.generation_config.num_assistant_tokens = gamma
+            assistant.generation_config.num_assistant_tokens_schedule = "constant"
+            assistant.generation_config.assistant_confidence_threshold = 0.0
+        kw["assistant_model"] = assistant
+        name = f"HF assisted ({'gamma ' + str(gamma) if gamma else 'its default schedule'})"
+    elif lookup is not None:
+        kw["prompt_lookup_num_tokens"] = lookup
+        name = f"HF prompt lookup ({lookup} tokens)"
+    dev = hf.device
+    torch.manual_seed(seed)
+    out = []
+    synchronize(dev)
+    t0 = time.perf_counter()
+    with _quiet_transformers():
+        for p in prompts:
+            x = torch.tensor([list(p)], device=dev)
+            y = hf.generate(x, attention_mask=torch.ones_like(x), **kw)
+            out.append(y[0, x.shape[1]:].tolist())
+    synchronize(dev)
+    return HFRun(name, out, time.perf_counter() - t0)

@@ -12,8 +12,8 @@ import torch
 from .hardware import GPUSpec, gpu
 from .models import Architecture, architecture, dtype_bytes
 
-__all__ = ["Roof", "Work", "dot", "matvec", "matmul", "linear", "decode_step", "prefill", "critical_batch",
-           "mbu", "mfu", "measure_decode_step", "linear_sweep", "measured_knee", "first_compute_bound",
+__all__ = ["Roof", "Work", "dot", "matvec", "matmul", "linear", "decode_step", "prefill", "extend", "critical_batch",
+           "mbu", "mfu", "measure_decode_step", "measure_extend", "linear_sweep", "measured_knee", "first_compute_bound",
            "busy_while", "silence_native_stderr", "plot_roofline", "reference_suite"]
 
 
@@ -161,6 +161,24 @@ def prefill(model: str | Architecture, tokens: int, batch: int = 1, weight_dtype
     return Work(flops, weights + kv + acts, (("weights", weights), ("KV cache", kv), ("activations", acts)))
 
 
+def extend(model: str | Architecture, tokens: int, batch: int = 1, context: int = 0, weight_dtype: str = "bf16",
+           kv_dtype: str | None = None) -> Work:
+    """One pass over `tokens` new tokens per sequence after `context` cached ones, e.g. verifying drafted tokens
+    (chapter 05): the weights are read once for all of them, so it costs about one decode step while memory-bound
+    and `tokens` decode steps once compute-bound. tokens=1 is `decode_step`."""
+    a = architecture(model)
+    tokens, batch, context = _count("tokens", tokens), _count("batch", batch), _count("context", context, 0)
+    if context + tokens > a.max_context:
+        raise ValueError(f"{a.name} allows {a.max_context} tokens; {context} cached + {tokens} new do not fit")
+    kv_dtype = kv_dtype or weight_dtype
+    pairs = tokens * context + tokens * (tokens + 1) / 2               # (query, key) pairs, causal
+    flops = batch * (2 * _matmul_params(a) * tokens + 4 * a.n_layers * a.n_heads * a.head_dim * pairs)
+    weights = _weights_read(a) * dtype_bytes(weight_dtype)
+    kv = batch * (context + tokens) * a.kv_bytes_per_token(kv_dtype)
+    acts = batch * tokens * (a.hidden * 2 + a.vocab) * dtype_bytes("bf16")
+    return Work(flops, weights + kv + acts, (("weights", weights), ("KV cache", kv), ("activations", acts)))
+
+
 def critical_batch(model: str | Architecture, roof: Roof, context: int = 0, weight_dtype: str = "bf16",
                    kv_dtype: str | None = None) -> int | None:
     """The smallest batch whose decode step is compute-bound on `roof`; None if no batch ever is (chapter 02).
@@ -210,6 +228,24 @@ def measure_decode_step(model, batch: int, context: int, *, warmup: int = 3, rep
         return model.decode_step(tokens)
 
     return time_fn(step, device=model.device, warmup=warmup, repeats=repeats)
+
+
+def measure_extend(model, tokens: int, batch: int, context: int, *, warmup: int = 2, repeats: int = 5):
+    """Time one pass of the book's decoder over `tokens` new tokens for each of `batch` sequences at `context` cached
+    tokens (random keys and values, rewound before every pass), as verification of drafted tokens runs (chapter 05).
+    """
+    from .timing import time_fn
+    tokens, batch, context = _count("tokens", tokens), _count("batch", batch), _count("context", context, 0)
+    if model.cache is None or model.cache.batch < batch or model.cache.max_len < context + tokens:
+        model.setup_cache(batch, context + tokens)
+    model.cache.fill_random(batch, context)
+    x = torch.randint(0, model.arch.vocab, (batch, tokens), device=model.device)
+
+    def run():
+        model.rewind(context)
+        return model.extend(x)
+
+    return time_fn(run, device=model.device, warmup=warmup, repeats=repeats)
 
 
 def linear_sweep(batches: list[int], d_in: int, d_out: int, dtype: str = "bf16", device=None, *,

@@ -10,7 +10,7 @@ from typing import Sequence
 import torch
 
 __all__ = ["logits_of", "acceptance_rates", "windows", "tail_loop", "verify", "ModelDraft", "PromptLookup",
-           "Round", "Run", "generate", "expected_tokens", "predicted_speedup", "best_gamma", "tv_distance",
+           "Round", "Run", "generate", "timeline", "Costs", "step_costs", "GammaPoint", "Comparison", "compare", "expected_tokens", "predicted_speedup", "best_gamma", "tv_distance",
            "tv_samples_needed", "tv_test"]
 
 
@@ -120,11 +120,13 @@ def verify(p: torch.Tensor, q: torch.Tensor | None, drafted: Sequence[int], *, t
             n += 1
         return n, best[n]
     dev = p.device
-    u = torch.rand(k, generator=generator, device=dev).tolist() if k else []
     for i, x in enumerate(drafted):
         px = float(p[i, x])
         qx = 1.0 if q is None else float(q[i, x])
-        ok = (px >= qx) if not ratio else (u[i] < min(1.0, px / qx) if qx > 0 else True)
+        if ratio:          # one uniform number per checked token, drawn in order
+            ok = float(torch.rand((), generator=generator, device=dev)) < min(1.0, px / qx) if qx > 0 else True
+        else:
+            ok = px >= qx
         if not ok:
             if residual:
                 r = p[i].clone()
@@ -255,6 +257,19 @@ class Run:
         """Tokens generated per target pass: 1 for plain decoding, up to gamma + 1 here (chapter 05)."""
         return len(self.tokens) / self.target_calls if self.target_calls else math.nan
 
+    @property
+    def rejections(self) -> int:
+        """Rounds that ended on a rejected draft token (chapter 05)."""
+        return sum(r.accepted < len(r.proposed) for r in self.rounds)
+
+    @property
+    def alpha(self) -> float:
+        """The acceptance rate this run shows: drafted tokens kept over drafted tokens the target checked (those after
+        a rejection are never checked), the estimate that matches the formula's independent-tokens model
+        (chapter 05)."""
+        checked = self.accepted + self.rejections
+        return self.accepted / checked if checked else math.nan
+
 
 def _ensure_cache(model, room: int) -> None:
     """A batch-1 cache of at least `room` positions, reused from the last generation when it is big enough."""
@@ -341,6 +356,190 @@ def generate(target, draft, prompt: Sequence[int] | torch.Tensor, max_new_tokens
     run.seconds = time.perf_counter() - t0
     run.draft_calls = draft.calls - calls0
     return run
+
+
+def timeline(axes, run: Run, *, rounds: int = 12, title: str = "") -> None:
+    """Draw the first `rounds` rounds of a run on two axes (chapter 05): a clock with the draft's and the target's
+    busy time, and per round the drafted tokens the target kept, the one it rejected, and the token it added."""
+    top, bottom = axes
+    rs = run.rounds[:rounds]
+    if not rs:
+        raise ValueError("the run has no draft-and-verify rounds to draw")
+    t0 = rs[0].draft_start
+    for i, r in enumerate(rs):
+        d0, d1, v1 = ((x - t0) * 1e3 for x in (r.draft_start, r.draft_end, r.verify_end))
+        top.broken_barh([(d0, d1 - d0)], (1.1, 0.8), color="tab:gray")
+        top.broken_barh([(d1, v1 - d1)], (0.1, 0.8), color="tab:blue")
+        top.text((d1 + v1) / 2, 0.5, f"{r.accepted}/{len(r.proposed)}", ha="center", va="center", fontsize=7,
+                 color="white")
+    top.set(yticks=[0.5, 1.5], yticklabels=["target\n(verify)", "draft"], xlabel="milliseconds",
+            ylim=(0, 2))
+    top.set_title(title or "each round: the draft proposes, the target checks all in one pass (kept/proposed)")
+    x = range(len(rs))
+    kept = [r.accepted for r in rs]
+    lost = [len(r.proposed) - r.accepted for r in rs]
+    bottom.bar(x, kept, color="tab:green", label="drafted, kept")
+    bottom.bar(x, [1] * len(rs), bottom=kept, color="tab:blue", label="the target's own token")
+    bottom.bar(x, lost, bottom=[k + 1 for k in kept], color="tab:red", alpha=0.5, label="drafted, discarded")
+    bottom.set(xlabel="round", ylabel="tokens", xticks=list(x))
+    bottom.legend(fontsize=8, ncols=3, loc="upper left")
+
+
+# ----------------------------------------------------------------------------------------- measured costs
+
+@dataclass
+class Costs:
+    """Seconds per call at one context length (chapter 05): the target's decode step, the draft's decode step, and
+    the target's `extend` over k tokens (verifying k - 1 drafts plus the pending token) for each k timed."""
+    target_step: float
+    draft_step: float
+    verify: dict[int, float]
+    context: int
+
+    @property
+    def c(self) -> float:
+        """The draft's step over the target's: the cost ratio c of the speedup formula (chapter 05)."""
+        return self.draft_step / self.target_step
+
+    def v(self, k: int) -> float:
+        """The target's pass over k tokens, in target decode steps (1 while a step is memory-bound) (chapter 05)."""
+        if k not in self.verify:
+            raise KeyError(f"no verification of {k} tokens was timed; timed: {sorted(self.verify)}")
+        return self.verify[k] / self.target_step
+
+
+@torch.no_grad()
+def step_costs(target, draft_model, prompt: Sequence[int], ks: Sequence[int] = (1, 2, 3, 4, 5, 7, 9), *,
+               repeats: int = 7) -> Costs:
+    """Time the target's decode step, the draft's and the target's k-token pass at the prompt's length, each call
+    rewound so the context stays put (book.timing's protocol: warm-up, synchronise, median) (chapter 05)."""
+    from .timing import time_fn
+    prompt = list(prompt)
+    n = len(prompt)
+    out: dict[str, float] = {}
+    for name, m in (("target", target), ("draft", draft_model)):
+        if m is None:
+            continue
+        _ensure_cache(m, n + max(ks) + 1)
+        m.prefill(torch.tensor([prompt], device=m.device))
+        x = torch.tensor([prompt[-1]], device=m.device)
+
+        def step(m=m, x=x) -> None:
+            m.decode_step(x)
+            m.rewind(n)
+
+        out[name] = time_fn(step, device=m.device, repeats=repeats, number=None).median
+    verify = {}
+    for k in ks:
+        x = torch.tensor([prompt[-k:] if k <= n else (prompt * k)[:k]], device=target.device)
+
+        def ext(x=x) -> None:
+            target.extend(x)
+            target.rewind(n)
+
+        verify[k] = time_fn(ext, device=target.device, repeats=repeats, number=None).median
+    return Costs(out["target"], out.get("draft", math.nan), verify, n)
+
+
+@dataclass
+class GammaPoint:
+    """One draft length in a comparison (chapter 05): wall seconds over all prompts, tokens, calls, the runs'
+    alpha, how many prompts gave exactly the plain output (greedy), and the runs themselves."""
+    gamma: int
+    seconds: float
+    tokens: int
+    target_calls: int
+    draft_calls: int
+    alpha: float
+    identical: int
+    runs: list
+
+    @property
+    def tokens_per_call(self) -> float:
+        return self.tokens / self.target_calls
+
+    @property
+    def rounds(self) -> list[Round]:
+        return [r for run in self.runs for r in run.rounds]
+
+    @property
+    def draft_call_s(self) -> float:
+        """Seconds per draft call inside the runs (drafting time over draft calls); nan for a draft with no calls
+        (chapter 05)."""
+        return sum(r.draft_end - r.draft_start for r in self.rounds) / self.draft_calls if self.draft_calls \
+            else math.nan
+
+    @property
+    def verify_s(self) -> float:
+        """Seconds per verification pass of a full round (gamma drafts plus the pending token) inside the runs
+        (chapter 05)."""
+        full = [r.verify_end - r.draft_end for r in self.rounds if len(r.proposed) == self.gamma]
+        return sum(full) / len(full) if full else math.nan
+
+
+@dataclass
+class Comparison:
+    """Plain decoding and speculative decoding with each draft at several gammas on the same prompts, timed prompt
+    by prompt (chapter 05): plain outputs, plain seconds, and per draft name one `GammaPoint` per gamma."""
+    reference: list[list[int]]
+    plain_seconds: float
+    points: dict[str, list[GammaPoint]]
+
+    @property
+    def step_s(self) -> float:
+        """Plain decoding's seconds per token: the unit the speedup formula counts costs in (chapter 05)."""
+        return self.plain_seconds / sum(len(r) for r in self.reference)
+
+    def point(self, draft: str, gamma: int) -> GammaPoint:
+        if draft not in self.points:
+            raise KeyError(f"no draft {draft!r}; drafts: {list(self.points)}")
+        for p in self.points[draft]:
+            if p.gamma == gamma:
+                return p
+        raise KeyError(f"gamma {gamma} was not run; run: {[p.gamma for p in self.points[draft]]}")
+
+    def speedup(self, draft: str, gamma: int) -> float:
+        """Plain seconds over speculative seconds on the same prompts (chapter 05)."""
+        return self.plain_seconds / self.point(draft, gamma).seconds
+
+
+def compare(target, drafts: dict, prompts: Sequence[Sequence[int]], max_new_tokens: int, gammas: Sequence[int], *,
+            temperature: float = 0.0, seed: int = 0) -> Comparison:
+    """Decode each prompt plainly (the book's `generate`) and then speculatively with every draft (name -> draft)
+    at every gamma, prompt by prompt, so that a machine whose speed drifts over seconds (a shared cloud VM) affects
+    both sides alike; times are summed over prompts (chapter 05)."""
+    gammas = list(gammas)
+    if not gammas or not drafts:
+        raise ValueError("give at least one draft and one gamma")
+    dev = target.device
+    reference, plain_s = [], 0.0
+    secs = {(d, g): 0.0 for d in drafts for g in gammas}
+    runs: dict[tuple, list[Run]] = {k: [] for k in secs}
+    for i, p in enumerate(prompts):
+        _sync(dev)
+        t0 = time.perf_counter()
+        gen = torch.Generator(device=dev).manual_seed(seed + i)
+        ref = target.generate([list(p)], max_new_tokens, temperature=temperature, generator=gen)[0].tolist()
+        _sync(dev)
+        plain_s += time.perf_counter() - t0
+        reference.append(ref)
+        for (name, g) in secs:
+            gen = torch.Generator(device=dev).manual_seed(seed + i)
+            _sync(dev)
+            t0 = time.perf_counter()
+            runs[name, g].append(generate(target, drafts[name], p, max_new_tokens, gamma=g,
+                                          temperature=temperature, generator=gen))
+            _sync(dev)
+            secs[name, g] += time.perf_counter() - t0
+    points: dict[str, list[GammaPoint]] = {d: [] for d in drafts}
+    for (name, g), rs in runs.items():
+        acc = sum(r.accepted for r in rs)
+        checked = acc + sum(r.rejections for r in rs)
+        points[name].append(GammaPoint(g, secs[name, g], sum(len(r.tokens) for r in rs),
+                                       sum(r.target_calls for r in rs), sum(r.draft_calls for r in rs),
+                                       acc / checked if checked else math.nan,
+                                       sum(r.tokens == ref for r, ref in zip(rs, reference)), rs))
+    return Comparison(reference, plain_s, points)
 
 
 # ------------------------------------------------------------------------------------ the speedup formula

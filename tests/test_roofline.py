@@ -181,3 +181,24 @@ def test_busy_while_notes_a_failing_nvml_and_still_reports_the_rest(monkeypatch,
     assert printed == ["note: NVML utilisation sampling failed on this device (ModuleNotFoundError: pynvml does "
                        "not seem to be installed); the GPU busy share is left out"]
     assert out["gpu_busy"] is None and out["calls"] > 0 and out["cpu_busy"] > 0 and out["wall"] >= 0.1
+
+
+def test_extend_is_a_decode_step_at_one_token_and_reads_the_weights_once():
+    one, step = R.extend("Llama-2-7B", 1, batch=2, context=100), R.decode_step("Llama-2-7B", 2, 100)
+    assert one.flops == pytest.approx(step.flops) and one.bytes == pytest.approx(step.bytes, rel=1e-3)
+    eight = R.extend("Llama-2-7B", 8, batch=2, context=100)
+    assert eight.flops == pytest.approx(8 * one.flops, rel=0.01)             # FLOPs scale with the tokens...
+    assert eight.bytes < 1.01 * one.bytes                                     # ...the bytes hardly move
+    with pytest.raises(ValueError, match="do not fit"):
+        R.extend("Llama-2-7B", 8, context=4092)
+
+
+def test_extend_timing_with_a_random_cache():
+    from book.llama import Llama
+    from dataclasses import replace
+    from book.models import architecture, build_random
+    tiny = replace(architecture("Llama-2-7B"), name="tiny", n_layers=1, hidden=64, n_heads=4, n_kv_heads=2,
+                   head_dim=16, intermediate=128, vocab=256)
+    model = Llama.from_hf(build_random(tiny, dtype="fp32"))
+    t = R.measure_extend(model, tokens=4, batch=2, context=20, warmup=1, repeats=2)
+    assert t.median > 0 and model.cache.lengths.tolist() == [24, 24]
