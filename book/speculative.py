@@ -381,7 +381,8 @@ def timeline(axes, run: Run, *, rounds: int = 12, title: str = "") -> None:
     bottom.bar(x, kept, color="tab:green", label="drafted, kept")
     bottom.bar(x, [1] * len(rs), bottom=kept, color="tab:blue", label="the target's own token")
     bottom.bar(x, lost, bottom=[k + 1 for k in kept], color="tab:red", alpha=0.5, label="drafted, discarded")
-    bottom.set(xlabel="round", ylabel="tokens", xticks=list(x))
+    top_row = max(len(r.proposed) for r in rs) + 1
+    bottom.set(xlabel="round", ylabel="tokens", xticks=list(x), ylim=(0, top_row * 1.4))   # room for the legend
     bottom.legend(fontsize=8, ncols=3, loc="upper left")
 
 
