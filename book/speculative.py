@@ -370,7 +370,7 @@ def timeline(axes, run: Run, *, rounds: int = 12, title: str = "") -> None:
         d0, d1, v1 = ((x - t0) * 1e3 for x in (r.draft_start, r.draft_end, r.verify_end))
         top.broken_barh([(d0, d1 - d0)], (1.1, 0.8), color="tab:gray")
         top.broken_barh([(d1, v1 - d1)], (0.1, 0.8), color="tab:blue")
-        top.text((d1 + v1) / 2, 0.5, f"{r.accepted}/{len(r.proposed)}", ha="center", va="center", fontsize=7,
+        top.text((d1 + v1) / 2, 0.5, f"{r.accepted}/{len(r.proposed)}", ha="center", va="center", fontsize=9,
                  color="white")
     top.set(yticks=[0.5, 1.5], yticklabels=["target\n(verify)", "draft"], xlabel="milliseconds",
             ylim=(0, 2))
