@@ -9,6 +9,8 @@ from typing import Sequence
 
 import torch
 
+from .device import synchronize
+
 __all__ = ["logits_of", "acceptance_rates", "windows", "tail_loop", "verify", "ModelDraft", "PromptLookup",
            "Round", "Run", "generate", "timeline", "Costs", "step_costs", "GammaPoint", "Comparison", "compare", "expected_tokens", "predicted_speedup", "best_gamma", "tv_distance",
            "tv_samples_needed", "tv_test"]
@@ -279,11 +281,6 @@ def _ensure_cache(model, room: int) -> None:
     model.cache.reset(1)
 
 
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 @torch.no_grad()
 def generate(target, draft, prompt: Sequence[int] | torch.Tensor, max_new_tokens: int, *, gamma: int = 4,
              temperature: float = 0.0, generator: torch.Generator | None = None,
@@ -331,12 +328,12 @@ def generate(target, draft, prompt: Sequence[int] | torch.Tensor, max_new_tokens
     draft.accept([first])
     while len(run.tokens) < max_new_tokens and run.tokens[-1] != eos_token_id:
         k = min(gamma, max_new_tokens - len(run.tokens) - 1)
-        _sync(dev)
+        synchronize(dev)
         t_a = time.perf_counter() - t0
         proposed, q = draft.propose(k, temperature, generator) if k > 0 else ([], None)
         proposed = proposed[:k]
         q = None if q is None else q[:len(proposed)]
-        _sync(dev)
+        synchronize(dev)
         t_b = time.perf_counter() - t0
         base = len(prompt) + len(run.tokens) - 1           # cached in the target; the last token is pending
         x = torch.tensor([[run.tokens[-1], *proposed]], device=dev)
@@ -351,7 +348,7 @@ def generate(target, draft, prompt: Sequence[int] | torch.Tensor, max_new_tokens
         new = new[:max_new_tokens - len(run.tokens)]
         run.tokens.extend(new)
         draft.accept(new)
-        _sync(dev)
+        synchronize(dev)
         run.rounds.append(Round(t_a, t_b, time.perf_counter() - t0, proposed, n, nxt))
     run.seconds = time.perf_counter() - t0
     run.draft_calls = draft.calls - calls0
@@ -517,20 +514,20 @@ def compare(target, drafts: dict, prompts: Sequence[Sequence[int]], max_new_toke
     secs = {(d, g): 0.0 for d in drafts for g in gammas}
     runs: dict[tuple, list[Run]] = {k: [] for k in secs}
     for i, p in enumerate(prompts):
-        _sync(dev)
+        synchronize(dev)
         t0 = time.perf_counter()
         gen = torch.Generator(device=dev).manual_seed(seed + i)
         ref = target.generate([list(p)], max_new_tokens, temperature=temperature, generator=gen)[0].tolist()
-        _sync(dev)
+        synchronize(dev)
         plain_s += time.perf_counter() - t0
         reference.append(ref)
         for (name, g) in secs:
             gen = torch.Generator(device=dev).manual_seed(seed + i)
-            _sync(dev)
+            synchronize(dev)
             t0 = time.perf_counter()
             runs[name, g].append(generate(target, drafts[name], p, max_new_tokens, gamma=g,
                                           temperature=temperature, generator=gen))
-            _sync(dev)
+            synchronize(dev)
             secs[name, g] += time.perf_counter() - t0
     points: dict[str, list[GammaPoint]] = {d: [] for d in drafts}
     for (name, g), rs in runs.items():
