@@ -88,11 +88,13 @@ class CacheFull(RuntimeError):
 @dataclass(frozen=True)
 class Segment:
     """Tokens of one sequence in one engine step: `tokens` at positions start, start+1, ...; `sample` says whether
-    the step samples a next token after the last of them (chapter 04)."""
+    the step samples a next token after the last of them; `verify` asks for the logits after every one of them
+    instead, to check drafted tokens (chapter 05) (chapter 04)."""
     seq: int
     tokens: tuple[int, ...]
     start: int
     sample: bool
+    verify: bool = False
 
 
 @dataclass(frozen=True)
@@ -179,7 +181,9 @@ class _Pool:
             tokens.extend(s.tokens)
             positions.extend(range(s.start, s.start + len(s.tokens)))
             seqs.extend([s.seq] * len(s.tokens))
-            if s.sample:
+            if s.verify:
+                sample_at.extend(range(n, len(tokens)))
+            elif s.sample:
                 sample_at.append(len(tokens) - 1)
         return Packed(torch.tensor(tokens, device=dev), torch.tensor(positions, device=dev),
                       self.write_index(seqs, positions), tuple(groups),

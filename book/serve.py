@@ -19,6 +19,7 @@ import torch
 from .decode import SLO, Latency, percentile, summarize
 from .device import synchronize
 from .kvcache import CacheFull, PagedCache, Segment, SlotCache
+from .speculative import lookup, verify
 
 __all__ = ["Request", "Served", "Step", "Report", "Engine", "POLICIES", "CACHES", "run_static", "static_batches",
            "reject_reason", "admit", "poisson_arrivals", "workload", "requests_from", "gantt", "table"]
@@ -75,8 +76,8 @@ class Served:
 class Step:
     """One step of a run: when it began and ended (seconds after the run started), which requests it prefilled and
     how many tokens of each, which it decoded, which rows it computed for requests already done (static batching's
-    padding), the host time spent scheduling rather than in the model, and how many requests were left waiting in
-    the queue (-1: not logged) (chapter 04)."""
+    padding), the host time spent scheduling rather than in the model, how many requests were left waiting in the
+    queue (-1: not logged), and with speculative decoding the tokens drafted and accepted (chapter 04)."""
     start: float
     end: float
     prefill: tuple[tuple[int, int], ...]
@@ -84,11 +85,14 @@ class Step:
     padding: tuple[int, ...] = ()
     schedule_s: float = 0.0
     waiting: int = -1
+    drafted: int = 0                    # speculative decoding (chapter 05): tokens drafted for the decodes,
+    accepted: int = 0                   # how many of them the target kept,
+    draft_s: float = 0.0                # and the seconds the drafting took
 
     @property
     def tokens(self) -> int:
         """Tokens the model processed for real requests in this step (chapter 04)."""
-        return sum(n for _, n in self.prefill) + len(self.decode)
+        return sum(n for _, n in self.prefill) + len(self.decode) + self.drafted
 
 
 @dataclass
@@ -191,6 +195,20 @@ class Report:
     def preemptions(self) -> int:
         return sum(s.preemptions for s in self.served)
 
+    @property
+    def acceptance(self) -> float:
+        """Drafted tokens the target accepted, as a share of all drafted (speculative decoding, chapter 05); nan
+        when nothing was drafted."""
+        drafted = sum(s.drafted for s in self.steps)
+        return sum(s.accepted for s in self.steps) / drafted if drafted else math.nan
+
+    @property
+    def tokens_per_decode(self) -> float:
+        """Tokens a decoding sequence gains per step: 1 without speculation, 1 + accepted drafts with it
+        (chapter 05); nan with no decodes logged."""
+        decodes = sum(len(s.decode) for s in self.steps)
+        return (decodes + sum(s.accepted for s in self.steps)) / decodes if decodes else math.nan
+
     def row(self) -> dict[str, float]:
         """The run in numbers: throughput, TTFT/TPOT P50/P95/P99 in ms, mean batch, preemptions (chapter 04)."""
         p = self.percentiles()
@@ -252,6 +270,88 @@ def admit(s: Served, max_len: int, fits: Callable[[int], bool]) -> bool:
     return not reason
 
 
+def _make_cache(arch, *, cache: str, kv_tokens: int, max_len: int, max_batch: int, block_size: int,
+                dtype: torch.dtype, device: torch.device) -> SlotCache | PagedCache:
+    shape = dict(dtype=dtype, device=device)
+    if cache == "slot":
+        n_slots = min(max_batch, kv_tokens // max_len)
+        if n_slots < 1:
+            raise ValueError(f"a KV budget of {kv_tokens} positions is smaller than one slot of max_len "
+                             f"{max_len}: no request could ever run; raise kv_tokens or lower max_len")
+        return SlotCache(arch.n_layers, n_slots, arch.n_kv_heads, max_len, arch.head_dim, **shape)
+    n_blocks = kv_tokens // block_size
+    if n_blocks < 1:
+        raise ValueError(f"a KV budget of {kv_tokens} positions is smaller than one block of {block_size}")
+    return PagedCache(arch.n_layers, n_blocks, arch.n_kv_heads, block_size, arch.head_dim, **shape)
+
+
+class _LookupDrafts:
+    """Prompt lookup for every decoding sequence (chapter 05): no model, so no cache and no cost but the search."""
+
+    def __init__(self, ngram: int = 3):
+        self.ngram, self.name = ngram, f"prompt lookup ({ngram}-gram)"
+
+    def propose(self, seqs: Sequence[_Seq], ks: Sequence[int]) -> list[tuple[list[int], torch.Tensor | None]]:
+        return [(lookup(q.known, k, self.ngram), None) for q, k in zip(seqs, ks)]
+
+    def accepted(self, q: _Seq, known_before: int, n: int) -> None:
+        pass
+
+    def free(self, seq: int) -> None:
+        pass
+
+
+class _ModelDrafts:
+    """A draft model for every decoding sequence (chapter 05): its own KV cache of the engine's kind and size, and
+    one packed pass per drafted position for all the sequences together; rejected drafts are rewound by lowering the
+    count of cached positions (their keys and values are overwritten later)."""
+
+    def __init__(self, model, cache: SlotCache | PagedCache, max_len: int):
+        self.model, self.cache, self.max_len = model, cache, max_len
+        self.name = f"draft model {model.arch.name}"
+        self.cached: dict[int, int] = {}
+
+    def propose(self, seqs: Sequence[_Seq], ks: Sequence[int]) -> list[tuple[list[int], torch.Tensor | None]]:
+        out: dict[int, tuple[list[int], list[torch.Tensor]]] = {q.s.index: ([], []) for q in seqs}
+        by_index = {q.s.index: (q, k) for q, k in zip(seqs, ks)}
+        segs = []
+        for q, k in zip(seqs, ks):
+            if k > 0:
+                i, c = q.s.index, self.cached.get(q.s.index, 0)
+                self.cache.allocate(i, len(q.known) + k - 1)   # the target already holds more: this cannot fail
+                segs.append(Segment(i, tuple(q.known[c:]), c, True))
+        while segs:
+            packed = self.cache.pack(segs)
+            logits = self.model.forward_packed(packed, self.cache)
+            best = logits.argmax(-1).tolist()
+            segs = []
+            for row, seg in enumerate(packed.segments):
+                q, k = by_index[seg.seq]
+                drafted, qs = out[seg.seq]
+                t = q.s.request.temperature
+                if t > 0:
+                    probs = torch.softmax(logits[row].float() / t, -1)
+                    drafted.append(int(torch.multinomial(probs, 1, generator=q.gen)[0]))
+                    qs.append(probs)
+                else:
+                    drafted.append(best[row])
+                if len(drafted) < k:
+                    segs.append(Segment(seg.seq, (drafted[-1],), seg.start + len(seg.tokens), True))
+        for q, k in zip(seqs, ks):
+            if k > 0:
+                self.cached[q.s.index] = len(q.known) + k - 1      # the last drafted token is never fed
+        return [(out[q.s.index][0], torch.stack(out[q.s.index][1]) if out[q.s.index][1] else None) for q in seqs]
+
+    def accepted(self, q: _Seq, known_before: int, n: int) -> None:
+        """The target kept n drafts: the draft's cache stays valid up to the last of them it has fed."""
+        i = q.s.index
+        self.cached[i] = min(self.cached.get(i, 0), known_before + n)
+
+    def free(self, seq: int) -> None:
+        self.cache.free(seq)
+        self.cached.pop(seq, None)
+
+
 class Engine:
     """Iteration-level scheduling on the book's decoder (continuous batching) (chapter 04).
 
@@ -266,10 +366,15 @@ class Engine:
       and when none is free the newest sequence is preempted and later recomputed.
     - kv_tokens: the KV budget in positions (default: max_batch sequences of max_len); max_len: the longest
       sequence, prompt plus output (default: the model's context).
+    - draft: speculative decoding (chapter 05). "lookup" (prompt lookup) or a draft model (the book's decoder, same
+      vocabulary) proposes up to `gamma` tokens for every decoding sequence, and the step verifies them all in its
+      one pass of the model; greedy and sampled requests keep exactly their output (`speculative.verify`). A draft
+      model gets its own KV cache of the same kind and size.
     """
 
     def __init__(self, model, *, cache: str = "paged", kv_tokens: int | None = None, max_len: int | None = None,
-                 max_batch: int = 16, policy: str = "mixed", chunk: int | None = None, block_size: int = 16):
+                 max_batch: int = 16, policy: str = "mixed", chunk: int | None = None, block_size: int = 16,
+                 draft=None, gamma: int = 4):
         if cache not in CACHES:
             raise ValueError(f"unknown cache {cache!r}; use one of {', '.join(CACHES)}")
         if policy not in POLICIES:
@@ -286,22 +391,30 @@ class Engine:
         kv_tokens = max_batch * max_len if kv_tokens is None else kv_tokens
         if not isinstance(kv_tokens, int) or kv_tokens < 1:
             raise ValueError(f"kv_tokens must be a positive number of positions, got {kv_tokens!r}")
-        a = model.arch
-        shape = dict(dtype=model.dtype, device=model.device)
-        if cache == "slot":
-            n_slots = min(max_batch, kv_tokens // max_len)
-            if n_slots < 1:
-                raise ValueError(f"a KV budget of {kv_tokens} positions is smaller than one slot of max_len "
-                                 f"{max_len}: no request could ever run; raise kv_tokens or lower max_len")
-            self.cache = SlotCache(a.n_layers, n_slots, a.n_kv_heads, max_len, a.head_dim, **shape)
-        else:
-            n_blocks = kv_tokens // block_size
-            if n_blocks < 1:
-                raise ValueError(f"a KV budget of {kv_tokens} positions is smaller than one block of {block_size}")
-            self.cache = PagedCache(a.n_layers, n_blocks, a.n_kv_heads, block_size, a.head_dim, **shape)
+        sizes = dict(cache=cache, kv_tokens=kv_tokens, max_len=max_len, max_batch=max_batch, block_size=block_size)
+        self.cache = _make_cache(model.arch, dtype=model.dtype, device=model.device, **sizes)
         self.model, self.kind, self.policy, self.chunk = model, cache, policy, chunk
         self.max_batch, self.max_len = max_batch, max_len
-        self.name = f"continuous ({cache} cache, {policy}" + (f", chunk {chunk})" if chunk else ")")
+        self.name = f"continuous ({cache} cache, {policy}" + (f", chunk {chunk}" if chunk else "")
+        self.drafts, self.gamma = None, gamma
+        if draft is not None:
+            if not isinstance(gamma, int) or gamma < 1:
+                raise ValueError(f"gamma (tokens drafted per step) must be an integer >= 1, got {gamma!r}")
+            if isinstance(draft, str):
+                if draft != "lookup":
+                    raise ValueError(f"unknown draft {draft!r}: use 'lookup' (prompt lookup) or a draft model")
+                self.drafts = _LookupDrafts()
+            else:
+                if draft.arch.vocab != model.arch.vocab:
+                    raise ValueError(f"the draft's vocabulary ({draft.arch.vocab} tokens) differs from the "
+                                     f"target's ({model.arch.vocab}): their token ids do not mean the same thing")
+                if draft.arch.max_context < max_len:
+                    raise ValueError(f"the draft {draft.arch.name} allows {draft.arch.max_context} positions, "
+                                     f"fewer than max_len {max_len}")
+                self.drafts = _ModelDrafts(draft, _make_cache(draft.arch, dtype=draft.dtype, device=draft.device,
+                                                              **sizes), max_len)
+            self.name += f", {self.drafts.name} gamma {gamma}"
+        self.name += ")"
 
     def __repr__(self) -> str:
         return (f"Engine({self.name}, max_batch={self.max_batch}, KV {self.cache.capacity} positions = "
@@ -312,6 +425,8 @@ class Engine:
     def _preempt(self, victim: _Seq) -> None:
         """Recompute later: free the victim's cache, send it to the front of the queue (chapter 04)."""
         self.cache.free(victim.s.index)
+        if self.drafts:
+            self.drafts.free(victim.s.index)
         victim.cached = 0
         victim.s.preemptions += 1
         victim.s.status = "waiting"
@@ -330,11 +445,32 @@ class Engine:
                 if victim is q:
                     return False
 
+    def _draft_room(self, q: _Seq) -> int:
+        """How many tokens may be drafted for q this step: gamma, but none past its last token."""
+        if self.drafts is None:
+            return 0
+        return max(0, min(self.gamma, q.s.request.max_new_tokens - len(q.s.tokens) - 1))
+
     def _decodes(self) -> list[Segment]:
         segs = []
         for q in [q for q in self.running if q.remaining == 1]:
-            if q in self.running and self._reserve(q, q.cached + 1):
+            if q in self.running and self._reserve(q, q.cached + 1 + self._draft_room(q)):
                 segs.append(Segment(q.s.index, (q.known[-1],), q.cached, True))
+        return segs
+
+    def _speculate(self, segs: list[Segment]) -> list[Segment]:
+        """Draft tokens for the decoding sequences among `segs`; their segments become verifications (chapter 05)."""
+        decoding = [(i, self._by_index[s.seq]) for i, s in enumerate(segs)
+                    if len(s.tokens) == 1 and s.start == len(self._by_index[s.seq].known) - 1]
+        ks = [self._draft_room(q) for _, q in decoding]
+        if not decoding or not any(ks):
+            return segs
+        proposals = self.drafts.propose([q for _, q in decoding], ks)
+        segs = list(segs)
+        for (i, q), k, (drafted, probs) in zip(decoding, ks, proposals):
+            drafted = drafted[:k]
+            self._q[q.s.index] = None if probs is None else probs[:len(drafted)]
+            segs[i] = Segment(q.s.index, (q.known[-1], *drafted), q.cached, True, verify=True)
         return segs
 
     def _prefills(self) -> list[Segment]:
@@ -373,6 +509,37 @@ class Engine:
         # a sequence scheduled early in the step may have been preempted later in it to make room
         return [s for s in segs if self._by_index[s.seq] in self.running]
 
+    def _choose(self, logits: torch.Tensor, segments: Sequence[Segment]) -> dict[int, tuple[int, list[int]]]:
+        """For each segment that samples: (drafts accepted, the new tokens). A plain segment gains one token; a
+        verification keeps the drafts `speculative.verify` accepts plus the target's own next token (chapter 05)."""
+        best = logits.argmax(-1).tolist()                   # one host sync for all greedy rows
+        out, row = {}, 0
+        for seg in segments:
+            if not (seg.sample or seg.verify):
+                continue
+            q = self._by_index[seg.seq]
+            t = q.s.request.temperature
+            rows = len(seg.tokens) if seg.verify else 1
+            if seg.verify:
+                drafted = list(seg.tokens[1:])
+                scores = logits[row:row + rows]
+                if t > 0:
+                    scores = torch.softmax(scores.float() / t, -1)
+                    n, nxt = verify(scores, self._q.get(seg.seq), drafted, temperature=t, generator=q.gen)
+                else:                                        # greedy verify on the argmaxes already fetched
+                    n = 0
+                    while n < len(drafted) and best[row + n] == drafted[n]:
+                        n += 1
+                    nxt = best[row + n]
+                out[seg.seq] = (n, drafted[:n] + [nxt])
+            elif t > 0:
+                probs = torch.softmax(logits[row].float() / t, -1)
+                out[seg.seq] = (0, [int(torch.multinomial(probs, 1, generator=q.gen)[0])])
+            else:
+                out[seg.seq] = (0, [best[row]])
+            row += rows
+        return out
+
     # ------------------------------------------------------------------------------------------------------ run
 
     def _now(self) -> float:
@@ -389,6 +556,7 @@ class Engine:
         self.waiting: deque[_Seq] = deque()
         self.running: list[_Seq] = []
         self._by_index: dict[int, _Seq] = {}
+        self._q: dict[int, torch.Tensor | None] = {}     # the draft's probabilities for this step's drafts
         pending = deque(sorted(served, key=lambda s: (s.request.arrival, s.index)))
         steps: list[Step] = []
         dev = self.model.device
@@ -411,31 +579,48 @@ class Engine:
                 if self.running or not self.waiting:
                     raise RuntimeError("the scheduler found nothing to run while requests wait: a bug")
                 raise RuntimeError("the first waiting request cannot start on an empty cache: a bug")
+            draft_s = 0.0
+            if self.drafts is not None:
+                t_draft = self._now()
+                segs = self._speculate(segs)
+                synchronize(dev)
+                draft_s = self._now() - t_draft
             packed = self.cache.pack(segs)
             t_b = self._now()
             logits = self.model.forward_packed(packed, self.cache)
-            sampled = [self._by_index[s.seq] for s in packed.segments if s.sample]
-            tokens = _pick(logits, sampled) if sampled else []
+            chosen = self._choose(logits, packed.segments)
             synchronize(dev)
             t_c = self._now()
-            prefill, decode = [], []
+            prefill, decode, drafted, accepted = [], [], 0, 0
             for seg in packed.segments:
                 q = self._by_index[seg.seq]
-                q.cached += len(seg.tokens)
-                is_decode = len(seg.tokens) == 1 and bool(q.s.tokens) and seg.start == len(q.known) - 1
+                is_decode = bool(q.s.tokens) and seg.start == len(q.known) - 1
                 (decode.append(seg.seq) if is_decode else prefill.append((seg.seq, len(seg.tokens))))
-            for q, tok in zip(sampled, tokens):
+                if seg.seq not in chosen:                                 # a prompt chunk that samples nothing
+                    q.cached += len(seg.tokens)
+                    continue
+                n, new = chosen[seg.seq]
+                known_before = len(q.known)
+                q.cached = seg.start + len(seg.tokens) if not seg.verify else seg.start + 1 + n
+                drafted += len(seg.tokens) - 1 if seg.verify else 0
+                accepted += n
+                if self.drafts is not None:
+                    self.drafts.accepted(q, known_before, n)
                 s, r = q.s, q.s.request
-                q.known.append(tok)
-                s.tokens.append(tok)
-                s.times.append(t_c - r.arrival)
-                if len(s.tokens) == r.max_new_tokens or tok == r.eos_token_id:
-                    s.status = "finished"
-                    self.cache.free(s.index)
-                    self.running.remove(q)
+                for tok in new:
+                    q.known.append(tok)
+                    s.tokens.append(tok)
+                    s.times.append(t_c - r.arrival)
+                    if len(s.tokens) == r.max_new_tokens or tok == r.eos_token_id:
+                        s.status = "finished"
+                        self.cache.free(s.index)
+                        if self.drafts is not None:
+                            self.drafts.free(s.index)
+                        self.running.remove(q)
+                        break
             t_d = self._now()
-            steps.append(Step(t_a, t_d, tuple(prefill), tuple(decode), (), (t_b - t_a) + (t_d - t_c),
-                              len(self.waiting)))
+            steps.append(Step(t_a, t_d, tuple(prefill), tuple(decode), (), (t_b - t_a - draft_s) + (t_d - t_c),
+                              len(self.waiting), drafted, accepted, draft_s))
         return Report(self.name, served, steps)
 
 

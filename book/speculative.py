@@ -191,6 +191,18 @@ class ModelDraft:
         self.context.extend(tokens)
 
 
+def lookup(tokens: Sequence[int], k: int, ngram: int = 3, min_ngram: int = 1) -> list[int]:
+    """Prompt lookup's guess (chapter 05): up to k tokens that followed the most recent earlier occurrence of the
+    text's final n tokens, trying n = ngram down to min_ngram; [] when the tail never occurred before."""
+    t = tokens
+    for n in range(min(ngram, len(t) - 1), min_ngram - 1, -1):
+        tail = list(t[-n:])
+        for start in range(len(t) - n - 1, -1, -1):           # the most recent earlier match
+            if list(t[start:start + n]) == tail:
+                return list(t[start + n:start + n + k])
+    return []
+
+
 class PromptLookup:
     """Prompt lookup (chapter 05): propose what followed the last earlier occurrence of the text's final n tokens,
     in the prompt or the text generated so far; no model, no cost, and deterministic (q is one at each guess)."""
@@ -207,13 +219,7 @@ class PromptLookup:
 
     def propose(self, k: int, temperature: float, generator: torch.Generator | None
                 ) -> tuple[list[int], None]:
-        t = self.context
-        for n in range(min(self.ngram, len(t) - 1), self.min_ngram - 1, -1):
-            tail = t[-n:]
-            for start in range(len(t) - n - 1, -1, -1):           # the most recent earlier match
-                if t[start:start + n] == tail:
-                    return t[start + n:start + n + k], None
-        return [], None
+        return lookup(self.context, k, self.ngram, self.min_ngram), None
 
     def accept(self, tokens: Sequence[int]) -> None:
         self.context.extend(tokens)

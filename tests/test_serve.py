@@ -218,3 +218,65 @@ def test_saturated_batch_is_the_batch_while_requests_wait(model, reqs):
     assert rep.mean_batch < 3.0                                      # the tail, with the queue empty, runs fewer
     static = run_static(model, reqs, batch=4)
     assert math.isnan(static.saturated_batch)                        # static batching does not log its queue
+
+
+# --- speculative decoding inside the engine (chapter 05) ---------------------------------------------------------
+
+SPEC_CONFIGS = [dict(cache="paged"), dict(cache="slot"), dict(cache="paged", chunk=5, gamma=2),
+                dict(cache="paged", block_size=4, max_batch=3, gamma=3), dict(cache="slot", policy="decode-first")]
+
+
+@pytest.mark.parametrize("draft", ["lookup", "other", "self"])
+@pytest.mark.parametrize("cfg", SPEC_CONFIGS, ids=lambda c: "-".join(f"{k}={v}" for k, v in c.items()))
+def test_speculative_engine_keeps_every_greedy_token(model, reqs, reference, cfg, draft):
+    d = {"lookup": "lookup", "other": tiny(seed=1), "self": model}[draft]
+    rep = Engine(model, max_len=64, draft=d, **{"max_batch": 4, **cfg}).run(reqs)
+    rep.check()
+    assert [s.tokens for s in rep.served] == reference
+    assert sum(s.drafted for s in rep.steps) > 0
+    if draft == "self":                               # the target as its own draft: every draft is accepted
+        assert rep.acceptance == 1.0 and rep.tokens_per_decode > 2
+
+
+def test_speculative_engine_survives_preemption(model, reqs, reference):
+    e = Engine(model, cache="paged", kv_tokens=64, max_len=64, block_size=4, max_batch=6, draft=tiny(seed=1))
+    rep = e.run(reqs)
+    rep.check()
+    assert rep.preemptions > 0
+    assert [s.tokens for s in rep.served] == reference
+
+
+def test_speculative_engine_samples_reproducibly_and_stops_at_eos(model, reqs, reference):
+    sampled = [Request((4, 5, 6, 7), 12, temperature=1.0, seed=s) for s in (1, 2, 3)]
+    runs = [[s.tokens for s in Engine(model, max_len=64, draft=d).run(sampled).served]
+            for d in (tiny(seed=1), tiny(seed=1), "lookup")]
+    assert runs[0] == runs[1] and all(len(t) == 12 for r in runs for t in r)
+    r = reqs[0]
+    eos = reference[0][2]
+    rep = Engine(model, max_len=64, draft=model).run([Request(r.prompt, r.max_new_tokens, eos_token_id=eos)])
+    rep.check()
+    assert rep.served[0].tokens == reference[0][:reference[0].index(eos) + 1]
+
+
+@pytest.mark.parametrize("bad, msg", [
+    (lambda m: Engine(m, draft="medusa"), "unknown draft"),
+    (lambda m: Engine(m, draft="lookup", gamma=0), "gamma"),
+    (lambda m: Engine(m, draft=Llama.from_hf(transformers.LlamaForCausalLM(transformers.LlamaConfig(
+        vocab_size=50, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+        max_position_embeddings=128)).eval())), "vocabulary"),
+])
+def test_speculative_engine_rejects_bad_drafts(model, bad, msg):
+    with pytest.raises(ValueError, match=msg):
+        bad(model)
+
+
+def test_speculative_engine_on_coder():
+    from book.models import load
+    coder = Llama.from_hf(load("coder", dtype="fp32"))
+    small = Llama.from_hf(load("coder-draft", dtype="fp32"))
+    reqs = workload(6, vocab=coder.arch.vocab, prompt_median=24, output_median=16, max_len=128, seed=5)
+    want = alone(coder, reqs)
+    rep = Engine(coder, max_len=128, max_batch=4, draft=small, gamma=3).run(reqs)
+    rep.check()
+    assert [s.tokens for s in rep.served] == want
+    assert 0 < rep.acceptance < 1
