@@ -179,12 +179,12 @@ class OfflineError(RuntimeError):
 
 
 # The book's own code models, trained by `python -m book.train` and shipped inside the package (appendix A).
-SHIPPED = ("coder", "coder-draft")
+SHIPPED = ("coder", "coder-draft", "coder-draft-distilled")
 WEIGHTS = Path(__file__).resolve().parent / "weights"
 
 
 def shipped_path(name: str) -> Path:
-    """The folder of one of the book's own models ("coder", "coder-draft"), which works offline (appendix A)."""
+    """The folder of one of the book's own models (`SHIPPED`), which works offline (appendix A)."""
     if name not in SHIPPED:
         raise KeyError(f"{name!r} is not one of the book's own models; they are {', '.join(SHIPPED)}")
     path = WEIGHTS / name

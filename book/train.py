@@ -1,6 +1,7 @@
 """Train the book's own small code models on the Python standard library (appendix A: the book's models).
 
-    python -m book.train all              # tokenizer, draft, target, export, loss figure (resumable)
+    python -m book.train all              # tokenizer, draft, target, distilled draft, export, loss figure (resumable)
+    python -m book.train coder-draft-distilled     # only the distilled draft, from the shipped draft and target
     python -m book.train target --steps 50 --out /tmp/run   # a short run somewhere else
 
 Everything is read from the running interpreter's standard library, so no download is needed. Checkpoints go
@@ -24,9 +25,9 @@ import torch
 
 from .device import device_name
 
-__all__ = ["Corpus", "ModelSpec", "TrainConfig", "SPECS", "CONFIGS", "WEIGHTS", "load_corpus", "is_test_path",
-           "split_of", "train_tokenizer", "encode", "token_byte_lengths", "llama_config", "lr_at", "evaluate",
-           "train", "export", "write_manifest", "plot_loss", "sha256"]
+__all__ = ["Corpus", "ModelSpec", "TrainConfig", "SPECS", "CONFIGS", "DISTILLED", "WEIGHTS", "distill_loss",
+           "load_corpus", "is_test_path", "split_of", "train_tokenizer", "encode", "token_byte_lengths",
+           "llama_config", "lr_at", "evaluate", "train", "export", "write_manifest", "plot_loss", "sha256"]
 
 ROOT = Path(__file__).resolve().parent.parent
 WEIGHTS = Path(__file__).resolve().parent / "weights"      # shipped inside the package
@@ -152,7 +153,10 @@ class ModelSpec:
 SPECS = {
     "coder": ModelSpec("coder", hidden=320, layers=7, heads=5, kv_heads=5, ffn=864),
     "coder-draft": ModelSpec("coder-draft", hidden=128, layers=2, heads=2, kv_heads=2, ffn=384),
+    "coder-draft-distilled": ModelSpec("coder-draft-distilled", hidden=128, layers=2, heads=2, kv_heads=2, ffn=384),
 }
+# A distilled model: (the model its weights start from, the teacher whose next-token distributions it learns).
+DISTILLED = {"coder-draft-distilled": ("coder-draft", "coder")}
 
 
 @dataclass
@@ -172,7 +176,8 @@ class TrainConfig:
     seed: int = 0
 
 
-CONFIGS = {"coder": TrainConfig(steps=1200, lr=2e-3), "coder-draft": TrainConfig(lr=3e-3)}
+CONFIGS = {"coder": TrainConfig(steps=1200, lr=2e-3), "coder-draft": TrainConfig(lr=3e-3),
+           "coder-draft-distilled": TrainConfig(steps=600, lr=1e-3, warmup=20, eval_every=100)}
 
 
 def llama_config(spec: ModelSpec, tokenizer):
@@ -226,6 +231,17 @@ def evaluate(model, tokens: torch.Tensor, byte_lengths: torch.Tensor, seq: int,
             "bytes": n_bytes}
 
 
+def distill_loss(student_logits: torch.Tensor, teacher_logits: torch.Tensor) -> torch.Tensor:
+    """KL(teacher || student) per token, in nats: the loss that pulls the draft's next-token distribution onto the
+    target's (chapter 05: the acceptance rate is the overlap of the two)."""
+    if student_logits.shape != teacher_logits.shape:
+        raise ValueError(f"student and teacher logits differ in shape: {tuple(student_logits.shape)} vs "
+                         f"{tuple(teacher_logits.shape)}")
+    log_q = torch.log_softmax(student_logits.float().flatten(0, -2), -1)
+    log_p = torch.log_softmax(teacher_logits.float().flatten(0, -2), -1)
+    return torch.nn.functional.kl_div(log_q, log_p, log_target=True, reduction="batchmean")
+
+
 def _save_atomic(obj, path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
@@ -235,10 +251,12 @@ def _save_atomic(obj, path: Path) -> None:
 
 def train(spec: ModelSpec, cfg: TrainConfig, tokenizer, train_tokens: torch.Tensor, val_tokens: torch.Tensor,
           ckpt_dir: Path | None = None, *, resume: bool = True, device: str | torch.device | None = None,
-          progress: bool = True, stop_after: int | None = None):
+          progress: bool = True, stop_after: int | None = None, init: dict | None = None, teacher=None):
     """Train one model from scratch (or resume its checkpoint); returns (model, log) (appendix A).
 
     `stop_after` ends the run after that many steps of this call (a checkpoint is written), to be resumed later.
+    Distillation: `init` is a state dict to start from and `teacher` a model whose next-token distributions the
+    model learns (loss: `distill_loss`) instead of the corpus's next tokens.
     """
     from transformers import LlamaForCausalLM
     from .device import as_device
@@ -252,6 +270,10 @@ def train(spec: ModelSpec, cfg: TrainConfig, tokenizer, train_tokens: torch.Tens
     device = as_device(device)
     torch.manual_seed(cfg.seed)
     model = LlamaForCausalLM(llama_config(spec, tokenizer)).to(device)
+    if init is not None:
+        model.load_state_dict(init)
+    if teacher is not None:
+        teacher = teacher.to(device).eval()
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
     other = [p for n, p in model.named_parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
@@ -260,7 +282,8 @@ def train(spec: ModelSpec, cfg: TrainConfig, tokenizer, train_tokens: torch.Tens
     byte_lengths = token_byte_lengths(tokenizer)
     log = {"model": spec.name, "spec": dataclasses.asdict(spec), "config": dataclasses.asdict(cfg),
            "params": sum(p.numel() for p in model.parameters()), "device": device_name(device),
-           "torch": torch.__version__, "train": [], "val": [], "seconds": 0.0, "step": 0}
+           "torch": torch.__version__, "train": [], "val": [], "seconds": 0.0, "step": 0,
+           **({"objective": "distillation: KL(teacher || model) per token"} if teacher is not None else {})}
     ckpt = ckpt_dir / "last.pt" if ckpt_dir else None
     if ckpt and resume and ckpt.exists():
         state = torch.load(ckpt, map_location=device, weights_only=False)
@@ -286,7 +309,13 @@ def train(spec: ModelSpec, cfg: TrainConfig, tokenizer, train_tokens: torch.Tens
         y = torch.stack([train_tokens[s + 1:s + cfg.seq + 1] for s in starts.tolist()]).to(device)
         with _autocast(device):
             logits = model(input_ids=x).logits
-        loss = torch.nn.functional.cross_entropy(logits.float().flatten(0, 1), y.flatten())
+            if teacher is not None:
+                with torch.no_grad():
+                    teacher_logits = teacher(input_ids=x).logits
+        if teacher is None:
+            loss = torch.nn.functional.cross_entropy(logits.float().flatten(0, 1), y.flatten())
+        else:
+            loss = distill_loss(logits, teacher_logits)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
@@ -335,11 +364,13 @@ def write_manifest(weights: Path, corpus: dict, logs: dict[str, dict], evals: di
     """weights/manifest.json: checksums and sizes of every shipped file, the corpus, the training logs."""
     files = {p.relative_to(weights).as_posix(): {"bytes": p.stat().st_size, "sha256": sha256(p)}
              for p in sorted(weights.rglob("*")) if p.is_file() and p.name != "manifest.json"}
-    manifest = {"corpus": corpus, "files": files, "models": {
-        name: {**{k: v for k, v in log.items() if k not in ("train", "val")}, "final_val": evals.get(name),
-               "train_curve": log["train"], "val_curve": log["val"]} for name, log in logs.items()},
-        "python": platform.python_version(), "retrain": "python -m book.train all --fresh"}
     path = weights / "manifest.json"
+    kept = json.loads(path.read_text())["models"] if path.exists() else {}   # models not retrained this time
+    kept = {name: entry for name, entry in kept.items() if name not in logs and (weights / name).is_dir()}
+    manifest = {"corpus": corpus, "files": files, "models": {**kept, **{
+        name: {**{k: v for k, v in log.items() if k not in ("train", "val")}, "final_val": evals.get(name),
+               "train_curve": log["train"], "val_curve": log["val"]} for name, log in logs.items()}},
+        "python": platform.python_version(), "retrain": "python -m book.train all --fresh"}
     path.write_text(json.dumps(manifest, indent=1) + "\n")
     return path
 
@@ -410,20 +441,31 @@ def main(argv: list[str] | None = None) -> int:
     names = list(SPECS) if args.what == "all" else [args.what]
     logs, evals = {}, {}
     byte_lengths = token_byte_lengths(tokenizer)
-    for name in sorted(names, key=lambda n: SPECS[n].flops_per_token(len(tokenizer))):
+    # From-scratch models first (cheapest first), then the distilled ones, which start from them.
+    for name in sorted(names, key=lambda n: (n in DISTILLED, SPECS[n].flops_per_token(len(tokenizer)))):
         cfg = dataclasses.replace(CONFIGS[name], seed=args.seed, **({"steps": args.steps} if args.steps else {}))
+        init = teacher = None
+        if name in DISTILLED:
+            from transformers import LlamaForCausalLM
+            base, teacher_name = DISTILLED[name]
+            init = LlamaForCausalLM.from_pretrained(weights / base, torch_dtype=torch.float32).state_dict()
+            teacher = LlamaForCausalLM.from_pretrained(weights / teacher_name, torch_dtype=torch.float32)
+            print(f"{name}: starts from {weights / base}, learns {teacher_name}'s next-token distributions", flush=True)
         model, log = train(SPECS[name], cfg, tokenizer, train_tokens, val_tokens, ckpts / name,
-                           resume=not args.fresh, device=args.device)
+                           resume=not args.fresh, device=args.device, init=init, teacher=teacher)
+        if name in DISTILLED:
+            log["distilled"] = {"from_weights_of": DISTILLED[name][0], "teacher": DISTILLED[name][1]}
         evals[name] = evaluate(model, val_tokens, byte_lengths, cfg.seq)
         print(f"{name}: {log['params']:,} parameters, {log['step']} steps in {log['seconds'] / 60:.1f} min; "
               f"validation {evals[name]['loss']:.3f} nats/token = {evals[name]['bits_per_byte']:.3f} bits/byte",
               flush=True)
         export(model, tokenizer, weights / name)
         logs[name] = log
+    write_manifest(weights, corpus.summary(), logs, evals)
     if args.what == "all":
-        write_manifest(weights, corpus.summary(), logs, evals)
-        plot_loss(logs, (args.out / "training_loss.png") if args.out else FIGURE)
-        print(f"wrote {weights} and the loss curve", flush=True)
+        plot_loss({n: log for n, log in logs.items() if n not in DISTILLED},
+                  (args.out / "training_loss.png") if args.out else FIGURE)
+    print(f"wrote {weights}" + (" and the loss curve" if args.what == "all" else ""), flush=True)
     return 0
 
 

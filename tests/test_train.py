@@ -1,5 +1,6 @@
 """book.train: the corpus, the tokenizer, and a few real training steps on the CPU (appendix A)."""
 import dataclasses
+import json
 import math
 import sysconfig
 from pathlib import Path
@@ -142,3 +143,45 @@ def test_an_exported_model_loads_in_transformers_and_in_the_books_decoder(tokeni
 def test_the_draft_costs_at_most_a_tenth_of_the_target():
     vocab = 4096
     assert T.SPECS["coder-draft"].flops_per_token(vocab) <= 0.1 * T.SPECS["coder"].flops_per_token(vocab)
+
+
+def test_distill_loss_is_the_kl_divergence_and_zero_only_for_the_same_distribution():
+    torch.manual_seed(0)
+    p, q = torch.randn(3, 5, 11), torch.randn(3, 5, 11)
+    assert float(T.distill_loss(p, p)) == pytest.approx(0.0, abs=1e-6)
+    assert float(T.distill_loss(p + 3.0, p)) == pytest.approx(0.0, abs=1e-6)     # logits up to a constant
+    lp, lq = torch.log_softmax(p, -1), torch.log_softmax(q, -1)
+    want = (lp.exp() * (lp - lq)).sum(-1).mean()                                    # KL(teacher p || student q)
+    assert float(T.distill_loss(q, p)) == pytest.approx(float(want), rel=1e-5)
+    with pytest.raises(ValueError, match="differ in shape"):
+        T.distill_loss(p, q[..., :7])
+
+
+def test_distillation_pulls_the_student_towards_the_teacher(tokenizer, streams):
+    from book import speculative
+    train_tokens, val_tokens = streams
+    cfg = T.TrainConfig(steps=40, batch=8, seq=32, lr=1e-2, warmup=5, eval_every=40, eval_windows=8)
+    teacher, _ = T.train(dataclasses.replace(TINY, layers=2, hidden=48), cfg, tokenizer, train_tokens, val_tokens,
+                         progress=False)
+    student, _ = T.train(TINY, dataclasses.replace(cfg, steps=10), tokenizer, train_tokens, val_tokens,
+                         progress=False)
+    kd_cfg = dataclasses.replace(cfg, steps=40, lr=3e-3)
+    distilled, log = T.train(TINY, kd_cfg, tokenizer, train_tokens, val_tokens, progress=False,
+                             init=student.state_dict(), teacher=teacher)
+    assert log["objective"].startswith("distillation") and log["train"][-1][1] < log["train"][0][1]
+    held = speculative.windows(val_tokens, 32, max_windows=8)
+    before = speculative.acceptance_rates(teacher, student, held)
+    after = speculative.acceptance_rates(teacher, distilled, held)
+    assert after["sampled"][1.0] > before["sampled"][1.0]
+
+
+def test_the_manifest_keeps_models_not_retrained(tmp_path):
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "w.bin").write_bytes(name.encode())
+    log = {"train": [[1, 2.0]], "val": [[1, 2.0, 1.0]], "params": 1}
+    T.write_manifest(tmp_path, {"source": "x"}, {"a": log, "b": log}, {})
+    (tmp_path / "b" / "w.bin").write_bytes(b"bb")
+    m = json.loads(T.write_manifest(tmp_path, {"source": "x"}, {"b": {**log, "params": 2}}, {}).read_text())
+    assert set(m["models"]) == {"a", "b"} and m["models"]["b"]["params"] == 2
+    assert m["files"]["b/w.bin"]["sha256"] == T.sha256(tmp_path / "b" / "w.bin")
