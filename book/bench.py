@@ -497,18 +497,20 @@ class SpecResult:
     hf_plain_tokens_per_s: float
     hf_assisted_tokens_per_s: float
     book_over_hf: float
+    hf_sampling: dict | None = None       # peers.hf_sampling_test at one position, without the raw tensors
 
 
 def bench_speculative(*, prompts: int = 8, new_tokens: int = 128, gammas: Sequence[int] = (1, 2, 3, 4, 6, 8),
-                      device: str | None = None, dtype: str = "fp32", hf: bool = True,
+                      device: str | None = None, dtype: str = "fp32", hf: bool = True, sampling_eps: float = 0.1,
                       out: Callable[[str], None] = print) -> SpecResult:
     """Greedy speculative decoding of held-out prompts with `coder` as target: the draft `coder-draft` and prompt
     lookup at each gamma, against plain decoding and against the formula from measured alpha and c; then Hugging
-    Face assisted generation on the same pair; last a SUMMARY line (chapter 05)."""
+    Face assisted generation on the same pair, and (sampling_eps > 0) the exactness of its sampling, tested like the
+    book's own rule at one position (`peers.hf_sampling_test`); last a SUMMARY line (chapter 05)."""
     import transformers
 
     from .models import load, load_tokenizer
-    from .peers import hf_assisted
+    from .peers import hf_assisted, hf_sampling_test
     from .speculative import (ModelDraft, PromptLookup, acceptance_rates, expected_tokens, predicted_speedup,
                               compare, step_costs)
 
@@ -520,6 +522,8 @@ def bench_speculative(*, prompts: int = 8, new_tokens: int = 128, gammas: Sequen
             raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
     if dtype not in DTYPE_NAMES:
         raise ValueError(f"unknown dtype {dtype!r}; use one of {', '.join(DTYPE_NAMES)}")
+    if not 0 <= sampling_eps < 1:
+        raise ValueError(f"sampling_eps must be in [0, 1) (0 skips the sampling test), got {sampling_eps}")
     dev = as_device(device)
     out("speculative decoding benchmark: target coder, draft coder-draft and prompt lookup; greedy")
     out(f"device: {dev.type} - {device_name(dev)}; torch {torch.__version__}, transformers {transformers.__version__}")
@@ -582,15 +586,41 @@ def bench_speculative(*, prompts: int = 8, new_tokens: int = 128, gammas: Sequen
     ratio = book_spec / hf_ass.tokens_per_s if hf_ass else math.nan
     out(f"book speculative (gamma {g_best}): {book_spec:,.1f} tokens/s"
         + (f"; book / HF assisted at the same gamma: {ratio:.2f}x" if hf_ass else ""))
+    sampled, verdict = None, "skipped"
+    if hf and sampling_eps > 0:
+        sampled = _hf_sampling(hf_t, hf_d, ps[0] + ref[0], len(ps[0]), sampling_eps, out, hf_sampling_test)
+        verdict = "pass" if sampled["test"]["passed"] else "FAIL"
     worst = max(abs(m / f - 1) for m, f in zip(measured, predicted))
     out(f"SUMMARY device={dev.type} dtype={dtype} alpha={alpha:.3f} c={costs.c:.3f} best_gamma={g_best} "
         f"speedup={measured[best]:.2f}x formula={predicted[best]:.2f}x worst_gap={worst:.0%} "
         f"lookup_best={max(t_plain / q.seconds for q in look):.2f}x book/HF_assisted={ratio:.2f}x "
-        f"identical={identical}/{2 * len(ps) * len(gammas)}")
+        f"identical={identical}/{2 * len(ps) * len(gammas)} HF_sampling={verdict}")
     return SpecResult(device_name(dev), dtype, alpha, costs.c, plain_tps, gammas, tuple(measured), tuple(predicted),
                       tuple(pred_iso), tuple(t_plain / q.seconds for q in look), identical,
                       hf_plain.tokens_per_s if hf_plain else math.nan, hf_ass.tokens_per_s if hf_ass else math.nan,
-                      ratio)
+                      ratio, None if sampled is None else {k: v for k, v in sampled.items() if k not in ("p", "q")})
+
+
+def _hf_sampling(hf_t, hf_d, text: list[int], start: int, eps: float, out: Callable[[str], None],
+                 test: Callable) -> dict:
+    """The exactness test of HF assisted sampling at the position of `text` (after `start`) where the broken rules
+    would land farthest from p, so the test could catch them there (chapter 05)."""
+    from .speculative import output_distribution, tv_distance
+    x = torch.tensor([text], device=hf_t.device)
+    with torch.no_grad():
+        p = torch.softmax(hf_t(input_ids=x).logits[0].double(), -1)
+        q = torch.softmax(hf_d(input_ids=x.to(hf_d.device)).logits[0].double(), -1).to(p.device)
+    power = [min(tv_distance(output_distribution(p[i], q[i], **kw), p[i])
+                 for kw in (dict(residual=False), dict(ratio=False))) for i in range(start, len(text))]
+    pos = start + max(range(len(power)), key=power.__getitem__)
+    r = test(hf_t, hf_d, text[:pos + 1], eps=eps)
+    t = r["test"]
+    out(f"HF assisted sampling (T=1, one drafted token) at position {pos + 1}: {t['samples']:,} samples in "
+        f"{r['seconds']:.0f} s, its speculative-sampling step ran {r['speculative_calls']:,} times; TV(p, q) = "
+        f"{r['tv_pq']:.3f}; TV(output, p) = {t['tv']:.4f} over {t['categories']} outcomes, threshold "
+        f"{t['threshold']:.3f}: {'pass' if t['passed'] else 'FAIL'} (any rule {eps} or more from p fails with probability >= 0.999); "
+        f"the broken rules would be " + ", ".join(f"{k} {v:.3f}" for k, v in r["broken_tv"].items()) + " from p")
+    return r
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -643,6 +673,8 @@ def main(argv: list[str] | None = None) -> int:
     sp.add_argument("--device", default=None, help="cpu or cuda (default: the book's device, $BOOK_DEVICE)")
     sp.add_argument("--dtype", choices=list(DTYPE_NAMES), default="fp32", help="weights (default fp32)")
     sp.add_argument("--no-hf", action="store_true", help="skip Hugging Face assisted generation")
+    sp.add_argument("--sampling-eps", type=float, default=0.1, help="the distance from p the HF sampling exactness "
+                    "test must detect (default 0.1; smaller needs more samples; 0 skips it)")
     a = p.parse_args(argv)
     if a.command == "speculative":
         try:
@@ -650,7 +682,7 @@ def main(argv: list[str] | None = None) -> int:
         except ValueError:
             p.error(f"--gammas takes integers separated by commas, got {a.gammas!r}")
         bench_speculative(prompts=a.prompts, new_tokens=a.new_tokens, gammas=gammas, device=a.device, dtype=a.dtype,
-                          hf=not a.no_hf)
+                          hf=not a.no_hf, sampling_eps=a.sampling_eps)
         return 0
     if a.command == "serve":
         bench_serve(a.model_path, requests=a.requests, rate=a.rate, max_batch=a.max_batch, seed=a.seed,

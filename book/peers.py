@@ -29,7 +29,7 @@ import torch
 from .device import synchronize
 from .serve import Report, Request, Served, Step, admit, static_batches
 
-__all__ = ["hf_continuous", "hf_static", "hf_assisted", "HFRun", "SCHEDULERS"]
+__all__ = ["hf_continuous", "hf_static", "hf_assisted", "hf_sampling_test", "HFRun", "SCHEDULERS"]
 
 SCHEDULERS = ("fifo", "prefill_first")
 CB_LOGGER = "ContinuousBatchingLogger"   # transformers' continuous batching logs here, apart from its own logger
@@ -335,3 +335,47 @@ def hf_assisted(hf, prompts: Sequence[Sequence[int]], max_new_tokens: int, *, as
             out.append(y[0, x.shape[1]:].tolist())
     synchronize(dev)
     return HFRun(name, out, time.perf_counter() - t0)
+
+
+@contextmanager
+def _count_speculative_sampling() -> Iterator[list[int]]:
+    """Count the calls of transformers' speculative-sampling step (its acceptance rule), to show a run used it."""
+    from transformers.generation import utils
+    original, calls = utils._speculative_sampling, [0]
+
+    def counted(*args, **kwargs):
+        calls[0] += 1
+        return original(*args, **kwargs)
+
+    utils._speculative_sampling = counted
+    try:
+        yield calls
+    finally:
+        utils._speculative_sampling = original
+
+
+def hf_sampling_test(hf, assistant, context: Sequence[int], *, temperature: float = 1.0, eps: float = 0.1,
+                     delta: float = 1e-3, seed: int = 0) -> dict:
+    """Is Hugging Face assisted generation with sampling exact (chapter 05)? The first token after `context` is drawn
+    many times with the assistant drafting one token, and its distribution tested against the target's own p at
+    that temperature (`speculative.tv_test`: tokens rarer than eps/8 pooled, the sample size its guarantee needs).
+    Also returns TV(p, q) and how far the two broken rules (no residual, no ratio) would land from p here: where
+    that is under eps, this position could not catch them."""
+    from .speculative import output_distribution, tv_distance, tv_samples_needed, tv_test
+    if not temperature > 0:
+        raise ValueError(f"the sampling test needs a temperature > 0, got {temperature}")
+    x = torch.tensor([list(context)], device=hf.device)
+    with torch.no_grad():
+        p = torch.softmax(hf(input_ids=x).logits[0, -1].double() / temperature, -1).cpu()
+        q = torch.softmax(assistant(input_ids=x.to(assistant.device)).logits[0, -1].double() / temperature, -1).cpu()
+    min_mass = eps / 8
+    n = tv_samples_needed(int((p >= min_mass).sum()) + 1, eps, delta)
+    with _count_speculative_sampling() as calls:
+        run = hf_assisted(hf, [list(context)] * n, 2, assistant=assistant, gamma=1, temperature=temperature,
+                          seed=seed)
+    samples = [t[0] for t in run.tokens]
+    broken = {"no residual": output_distribution(p, q, residual=False),
+              "no ratio": output_distribution(p, q, ratio=False)}
+    return {"test": tv_test(samples, p, eps=eps, delta=delta, min_mass=min_mass), "samples": samples,
+            "speculative_calls": calls[0], "seconds": run.seconds, "tv_pq": tv_distance(p, q),
+            "broken_tv": {name: tv_distance(d, p) for name, d in broken.items()}, "p": p, "q": q}

@@ -11,8 +11,9 @@ import torch
 
 from .device import synchronize
 
-__all__ = ["logits_of", "acceptance_rates", "windows", "tail_loop", "verify", "ModelDraft", "PromptLookup",
-           "Round", "Run", "generate", "timeline", "Costs", "step_costs", "GammaPoint", "Comparison", "compare", "expected_tokens", "predicted_speedup", "best_gamma", "tv_distance",
+__all__ = ["logits_of", "acceptance_rates", "windows", "tail_loop", "verify", "lookup", "ModelDraft",
+           "PromptLookup", "Round", "Run", "generate", "timeline", "Costs", "step_costs", "GammaPoint", "Comparison",
+           "compare", "expected_tokens", "predicted_speedup", "best_gamma", "output_distribution", "tv_distance",
            "tv_samples_needed", "tv_test"]
 
 
@@ -573,6 +574,16 @@ def best_gamma(alpha: float, c: float, max_gamma: int = 16) -> int:
 
 
 # --------------------------------------------------------------------------------------- exactness test
+
+def output_distribution(p: torch.Tensor, q: torch.Tensor, *, residual: bool = True, ratio: bool = True
+                        ) -> torch.Tensor:
+    """The exact distribution of the token one drafted position yields, drafting from q and verifying against p with
+    `verify`'s rule (p itself) or one of its broken variants (chapter 05)."""
+    accepted = torch.minimum(p, q) if ratio else torch.where(q <= p, q, torch.zeros_like(q))
+    r = (p - q).clamp_min(0) if residual else p
+    total = r.sum()
+    return accepted + (1 - accepted.sum()) * (r / total if total > 0 else p)
+
 
 def tv_distance(p: torch.Tensor, q: torch.Tensor) -> float:
     """Total-variation distance between two distributions over the same outcomes: half the L1 gap (chapter 05)."""

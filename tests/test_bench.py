@@ -150,23 +150,24 @@ def test_serve_bad_arguments():
 
 
 def test_speculative_prints_the_sweep_the_peers_and_a_summary_last(capsys):
-    assert main(["speculative", "--prompts", "2", "--new-tokens", "12", "--gammas", "1,3", "--device", "cpu"]) == 0
+    assert main(["speculative", "--prompts", "2", "--new-tokens", "12", "--gammas", "1,3", "--device", "cpu",
+                 "--sampling-eps", "0.5"]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
     text = "\n".join(lines)
     for needle in ("device: cpu", "workload: 2 held-out prompts of 64 tokens", "greedy alpha", "c = ",
                    "k=2:", "k=4:", "formula", "HF generate:", "HF assisted (gamma", "HF prompt lookup",
-                   "book / HF assisted at the same gamma"):
+                   "book / HF assisted at the same gamma", "HF assisted sampling (T=1, one drafted token)"):
         assert needle in text, needle
     last = lines[-1]
     assert last.startswith("SUMMARY device=cpu dtype=fp32")
-    for field in ("alpha=", "c=", "best_gamma=", "formula=", "worst_gap=", "book/HF_assisted=", "identical=8/8"):
+    for field in ("alpha=", "c=", "best_gamma=", "formula=", "worst_gap=", "book/HF_assisted=", "identical=8/8", "HF_sampling=pass"):
         assert field in last, field
 
 
 def test_speculative_bad_arguments():
     from book.bench import bench_speculative
     for kw, msg in ((dict(gammas=(0,)), "gammas"), (dict(prompts=0), "prompts"), (dict(dtype="int3"), "dtype"),
-                    (dict(new_tokens=500), "context")):
+                    (dict(new_tokens=500), "context"), (dict(sampling_eps=1.5), "sampling_eps")):
         with pytest.raises(ValueError, match=msg):
             bench_speculative(**kw, hf=False)
     with pytest.raises(SystemExit):

@@ -76,6 +76,10 @@ transformers = pytest.importorskip("transformers")
 
 def tiny(seed: int = 0, sharp: float = 1.0):
     from book.llama import Llama
+    return Llama.from_hf(tiny_hf(seed, sharp))
+
+
+def tiny_hf(seed: int = 0, sharp: float = 1.0):
     cfg = transformers.LlamaConfig(vocab_size=48, hidden_size=64, intermediate_size=112, num_hidden_layers=2,
                                    num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=96,
                                    bos_token_id=1, eos_token_id=2, pad_token_id=None, tie_word_embeddings=False)
@@ -83,7 +87,7 @@ def tiny(seed: int = 0, sharp: float = 1.0):
     hf = transformers.LlamaForCausalLM(cfg).eval()
     with torch.no_grad():
         hf.lm_head.weight.mul_(sharp)                  # sharper next-token distributions than a random init gives
-    return Llama.from_hf(hf)
+    return hf
 
 
 @pytest.fixture(scope="module")
@@ -135,14 +139,6 @@ def test_prompt_lookup_proposes_what_followed_the_last_match():
     assert d.propose(3, 0.0, None) == ([], None)
 
 
-def _broken_output(p: torch.Tensor, q: torch.Tensor, residual: bool, ratio: bool) -> torch.Tensor:
-    """The exact distribution of verify's token for one drafted position (the test's alternative hypothesis)."""
-    acc = torch.minimum(p, q) if ratio else torch.where(q <= p, q, torch.zeros_like(q))
-    rest = 1 - acc.sum()
-    r = (p - q).clamp_min(0) if residual else p
-    return acc + rest * r / r.sum()
-
-
 TOY_P = torch.tensor([0.40, 0.25, 0.15, 0.10, 0.06, 0.04], dtype=torch.float64)
 TOY_Q = torch.tensor([0.10, 0.10, 0.40, 0.30, 0.05, 0.05], dtype=torch.float64)
 
@@ -150,7 +146,7 @@ TOY_Q = torch.tensor([0.10, 0.10, 0.40, 0.30, 0.05, 0.05], dtype=torch.float64)
 @pytest.mark.parametrize("residual,ratio,exact", [(True, True, True), (False, True, False), (True, False, False)])
 def test_speculative_sampling_is_exact_and_the_test_catches_broken_variants(residual, ratio, exact):
     eps = 0.06
-    bad = _broken_output(TOY_P, TOY_Q, residual, ratio)
+    bad = speculative.output_distribution(TOY_P, TOY_Q, residual=residual, ratio=ratio)
     assert (speculative.tv_distance(bad, TOY_P) < 1e-12) == exact
     if not exact:
         assert speculative.tv_distance(bad, TOY_P) >= eps             # the broken variants are detectable at eps
@@ -241,3 +237,26 @@ def test_timeline_draws_the_rounds(pair):
     plt.close(fig)
     with pytest.raises(ValueError, match="no draft"):
         speculative.timeline(axes, speculative.Run([1]))
+
+
+def test_output_distribution_by_hand():
+    p, q = torch.tensor([0.5, 0.3, 0.2]), torch.tensor([0.2, 0.2, 0.6])
+    torch.testing.assert_close(speculative.output_distribution(p, q), p)
+    # no residual: accepted min(p, q) = [.2, .2, .2], then the rejected 0.4 of the mass redrawn from p
+    torch.testing.assert_close(speculative.output_distribution(p, q, residual=False),
+                               torch.tensor([0.2 + 0.4 * 0.5, 0.2 + 0.4 * 0.3, 0.2 + 0.4 * 0.2]))
+    # no ratio: token 2 (q > p) is always rejected, the others always kept; 0.6 redrawn from (p - q)+ = [.3, .1, 0]
+    torch.testing.assert_close(speculative.output_distribution(p, q, ratio=False),
+                               torch.tensor([0.2 + 0.6 * 0.75, 0.2 + 0.6 * 0.25, 0.0]))
+
+
+def test_hf_assisted_sampling_passes_the_same_test():
+    from book.peers import hf_sampling_test
+    hf_t, hf_d = tiny_hf(0, sharp=12.0), tiny_hf(1, sharp=12.0)
+    r = hf_sampling_test(hf_t, hf_d, [5, 9, 11, 3], eps=0.3)
+    t = r["test"]
+    assert t["powered"] and t["passed"], t
+    assert r["speculative_calls"] == t["samples"]                 # every draw went through the acceptance rule
+    assert set(r["broken_tv"]) == {"no residual", "no ratio"}
+    with pytest.raises(ValueError, match="temperature"):
+        hf_sampling_test(hf_t, hf_d, [5, 9], temperature=0)
