@@ -1,4 +1,5 @@
-"""Open the built HTML book in headless Chromium: pages load, figures render, static sliders move the figure.
+"""Open the built HTML book in headless Chromium: pages load with no network, formulas are typeset, figures render,
+static sliders move the figure.
 
 Run after `jupyter-book build` (make test does). Without Chromium it is skipped with a message, except in CI.
 Screenshots land in _build/screenshots/.
@@ -53,6 +54,22 @@ def browser():
         b.close()
 
 
+def _raw_tex(page) -> list[str]:
+    """TeX delimiters still in the page's text outside code, after MathJax (served from _static) has typeset it."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+    if page.locator(".math").count():
+        try:
+            page.wait_for_function("window.MathJax && MathJax.startup && MathJax.startup.promise", timeout=15000)
+            page.evaluate("MathJax.startup.promise")
+        except PlaywrightTimeout:
+            pass                                          # no MathJax: the check below lists the TeX left
+    return page.evaluate(r"""() => {
+        const main = document.querySelector('main').cloneNode(true);
+        main.querySelectorAll('pre, code, script, mjx-assistive-mml').forEach(e => e.remove());
+        return main.innerText.split('\n').filter(l => /\\\(|\\\[|\$\$/.test(l)).map(l => l.slice(0, 80));
+    }""")
+
+
 @pytest.mark.parametrize("page_path", PAGES)
 def test_page_renders_with_its_figures_and_no_external_scripts(server, browser, page_path):
     assert (HTML / page_path).exists(), f"{page_path} was not built"
@@ -63,8 +80,9 @@ def test_page_renders_with_its_figures_and_no_external_scripts(server, browser, 
     page.wait_for_timeout(300)
     external = page.eval_on_selector_all(
         "script[src]", "els => els.map(e => e.src).filter(s => !s.startsWith(location.origin))")
-    # The one allowed exception: Sphinx loads MathJax from its CDN (offline, formulas stay as TeX source).
-    assert all("mathjax" in s for s in external), f"{page_path} loads scripts from elsewhere: {external}"
+    assert not external, f"{page_path} loads scripts from elsewhere: {external}"
+    raw = _raw_tex(page)
+    assert not raw, f"{page_path}: formulas left as TeX source (MathJax did not typeset them): {raw[:3]}"
     images = page.eval_on_selector_all("main img", "els => els.map(e => [e.currentSrc.slice(0, 60), e.complete "
                                                    "&& e.naturalWidth > 0])")
     assert all(ok for _, ok in images), f"{page_path}: images that did not load: {[s for s, ok in images if not ok]}"
