@@ -17,7 +17,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 HTML = ROOT / "_build" / "html"
 SHOTS = ROOT / "_build" / "screenshots"
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
 URL = yaml.safe_load((ROOT / "_config.yml").read_text())["repository"]["url"]
 PAGES = ["index.html"] + [f"chapters/{p.stem}.html" for p in sorted((ROOT / "chapters").glob("*.ipynb"))]
 
