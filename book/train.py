@@ -27,7 +27,7 @@ from .device import device_name
 
 __all__ = ["Corpus", "ModelSpec", "TrainConfig", "SPECS", "CONFIGS", "DISTILLED", "WEIGHTS", "distill_loss",
            "load_corpus", "is_test_path", "split_of", "train_tokenizer", "encode", "token_byte_lengths",
-           "llama_config", "lr_at", "evaluate", "train", "export", "write_manifest", "plot_loss", "sha256"]
+           "llama_config", "lr_at", "evaluate", "train", "portable_tokenizer_config", "export", "write_manifest", "plot_loss", "sha256"]
 
 ROOT = Path(__file__).resolve().parent.parent
 WEIGHTS = Path(__file__).resolve().parent / "weights"      # shipped inside the package
@@ -351,11 +351,23 @@ def sha256(path: Path) -> str:
     return h.hexdigest()
 
 
+def portable_tokenizer_config(folder: Path) -> None:
+    """Name the tokenizer class that transformers 4 and 5 both know (PreTrainedTokenizerFast; transformers 5 writes
+    its own TokenizersBackend, which 4.x cannot load, as in Colab) and drop the loading flags it saved (appendix A)."""
+    path = folder / "tokenizer_config.json"
+    cfg = json.loads(path.read_text())
+    cfg["tokenizer_class"] = "PreTrainedTokenizerFast"
+    for key in ("is_local", "local_files_only"):
+        cfg.pop(key, None)
+    path.write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
+
+
 def export(model, tokenizer, out: Path, dtype: torch.dtype = torch.bfloat16) -> Path:
     """Save a trained model in transformers' Llama format (safetensors, bf16) with its tokenizer."""
     out.mkdir(parents=True, exist_ok=True)
     model.to(dtype).save_pretrained(out)
     tokenizer.save_pretrained(out)
+    portable_tokenizer_config(out)
     model.float()
     return out
 

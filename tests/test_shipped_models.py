@@ -74,3 +74,10 @@ def test_the_books_decoder_runs_the_shipped_model_like_transformers(pair):
     ours = Llama.from_hf(target).generate(x, 24)
     new = hf[:, x.shape[1]:]                         # transformers stops early at an end-of-text token
     assert new.shape[1] > 0 and torch.equal(ours[:, :new.shape[1]], new)
+
+
+@pytest.mark.parametrize("name", models.SHIPPED)
+def test_the_tokenizer_config_names_a_class_transformers_4_and_5_both_have(name):
+    cfg = json.loads((models.WEIGHTS / name / "tokenizer_config.json").read_text())
+    assert cfg["tokenizer_class"] == "PreTrainedTokenizerFast"      # 4.x has no TokenizersBackend (Colab)
+    assert not {"is_local", "local_files_only"} & set(cfg)
