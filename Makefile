@@ -67,4 +67,4 @@ lab: setup
 	$(BIN)/jupyter lab chapters
 
 clean:
-	rm -rf _build
+	rm -rf _build _static/frames

@@ -3,24 +3,29 @@
 `slider(fn, size=[...])` calls `fn(size=...)`, which draws a matplotlib figure and may print text.
 In a live kernel each move re-runs `fn` (real measurements included). In the static build ($BOOK_STATIC=1,
 set by `make book`) every value of the grid is run once at build time and the page gets an HTML range input
-that swaps the pre-rendered figures in the browser: no kernel, no CDN.
+that swaps the pre-rendered figures in the browser: no kernel, no CDN. The figure the slider starts on is inlined
+in the page; the others are PNG files in the book's `_static/frames/` (named by their content's hash), which the
+browser fetches only when the slider moves, so a page with many frames stays light.
 """
 from __future__ import annotations
 
 import base64
 import contextlib
+import hashlib
 import html
 import io
 import itertools
 import json
 import math
+import os
 import uuid
 from numbers import Real
+from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from .build import is_static, progress
 
-__all__ = ["slider", "grid", "MAX_FRAMES"]
+__all__ = ["slider", "grid", "MAX_FRAMES", "frames_dir"]
 
 #: The most figures one static slider may precompute; larger grids make pages heavy and builds slow.
 MAX_FRAMES = 64
@@ -71,8 +76,8 @@ def _label(fmt: dict[str, Any], name: str, value: Any) -> str:
     return f(value) if callable(f) else f.format(value)
 
 
-def _render(fn: Callable[..., Any], kwargs: dict[str, Any]) -> tuple[str, str]:
-    """Run fn once; return (PNG as base64, printed text)."""
+def _render(fn: Callable[..., Any], kwargs: dict[str, Any]) -> tuple[bytes, str]:
+    """Run fn once; return (PNG bytes, printed text)."""
     import matplotlib.pyplot as plt
     buf = io.StringIO()
     with contextlib.redirect_stdout(buf):
@@ -81,7 +86,33 @@ def _render(fn: Callable[..., Any], kwargs: dict[str, Any]) -> tuple[str, str]:
     png = io.BytesIO()
     fig.savefig(png, format="png")
     plt.close(fig)
-    return base64.b64encode(png.getvalue()).decode("ascii"), buf.getvalue()
+    return png.getvalue(), buf.getvalue()
+
+
+def frames_dir(start: str | os.PathLike | None = None) -> Path | None:
+    """Where static slider frames go: `_static/frames` of the book that holds the working directory (the folder
+    with `_config.yml` and `_toc.yml`, which the build copies to the HTML), or None outside a book (chapter 00)."""
+    here = Path(start or os.getcwd()).resolve()
+    for folder in (here, *here.parents):
+        if (folder / "_config.yml").is_file() and (folder / "_toc.yml").is_file():
+            return folder / "_static" / "frames"
+    return None
+
+
+def _sources(pngs: list[bytes], keep_inline: int, where: Path | None) -> list[str]:
+    """Image sources for the frames: a data URI for the one the slider starts on (and for all of them outside a
+    book), a relative URL to a content-named file in `where` for the others."""
+    out = []
+    for i, png in enumerate(pngs):
+        if where is None or i == keep_inline:
+            out.append("data:image/png;base64," + base64.b64encode(png).decode("ascii"))
+            continue
+        where.mkdir(parents=True, exist_ok=True)
+        name = hashlib.sha256(png).hexdigest()[:20] + ".png"
+        if not (where / name).exists():
+            (where / name).write_bytes(png)
+        out.append(Path(os.path.relpath(where / name, os.getcwd())).as_posix())
+    return out
 
 
 _SCRIPT = """
@@ -96,7 +127,7 @@ _SCRIPT = """
       var labels = JSON.parse(input.dataset.labels);
       input.parentNode.querySelector("output").textContent = labels[Number(input.value)];
     });
-    root.querySelector("img").src = "data:image/png;base64," + frames[index][0];
+    root.querySelector("img").src = frames[index][0];
     root.querySelector("pre").textContent = frames[index][1];
     root.dataset.frame = index;
   }
@@ -160,7 +191,12 @@ def slider(fn: Callable[..., Any], *, value: dict[str, Any] | None = None,
         if len(combos) > MAX_FRAMES:
             raise ValueError(f"this slider grid has {len(combos)} combinations; a static page holds at most "
                              f"{MAX_FRAMES}: use fewer values")
-        frames = [_render(fn, dict(zip(names, c))) for c in progress(combos, desc="precomputing slider")]
+        rendered = [_render(fn, dict(zip(names, c))) for c in progress(combos, desc="precomputing slider")]
+        first = 0
+        for s, vals in zip(start, values):                  # the mixed-radix index of the start position
+            first = first * len(vals) + s
+        srcs = _sources([png for png, _ in rendered], first, frames_dir())
+        frames = [(src, text) for src, (_, text) in zip(srcs, rendered)]
         from IPython.display import HTML, display
         display(HTML(_static_html(names, values, labels, start, frames)))
         return

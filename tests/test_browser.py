@@ -19,6 +19,7 @@ HTML = ROOT / "_build" / "html"
 SHOTS = ROOT / "_build" / "screenshots"
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
 URL = yaml.safe_load((ROOT / "_config.yml").read_text())["repository"]["url"]
+MAX_PAGE = 1_000_000          # bytes of HTML per chapter page (figures and slider frames are separate files)
 PAGES = ["index.html"] + [f"chapters/{p.stem}.html" for p in sorted((ROOT / "chapters").glob("*.ipynb"))]
 
 pytestmark = pytest.mark.browser
@@ -92,6 +93,8 @@ def test_page_renders_with_its_figures_and_no_external_scripts(server, browser, 
     assert not wide, f"{page_path}: code wider than the column (shorten these lines): {wide[:3]}"
     if page_path.startswith("chapters/"):
         assert len(images) >= 3, f"{page_path} shows only {len(images)} figures"
+        size = (HTML / page_path).stat().st_size
+        assert size <= MAX_PAGE, f"{page_path} is {size / 1e6:.2f} MB of HTML; pages stay under {MAX_PAGE / 1e6:.0f} MB"
         colab = page.eval_on_selector_all("a[href*='colab.research.google.com']", "els => els.map(e => e.href)")
         owner_repo = URL.split("github.com/")[1]
         assert colab and all(owner_repo in h for h in colab), f"Colab links point elsewhere: {colab}"
@@ -110,13 +113,16 @@ def test_static_slider_changes_the_figure(server, browser, page_path):
         s = sliders.nth(i)
         img, text = s.locator("img"), s.locator("pre")
         before = (img.get_attribute("src"), text.text_content())
-        assert before[0].startswith("data:image/png;base64,") and len(before[0]) > 1000
+        assert before[0].startswith("data:image/png;base64,") and len(before[0]) > 1000   # the start frame inline
         rng = s.locator("input[type=range]").first
         new = 0 if rng.get_attribute("value") != "0" else int(rng.get_attribute("max"))
         rng.evaluate("(el, v) => { el.value = v; el.dispatchEvent(new Event('input', {bubbles: true})); }", new)
         after = (img.get_attribute("src"), text.text_content())
         assert after[0] != before[0], f"{page_path}: slider {i} did not change the figure"
         assert after[1] != before[1], f"{page_path}: slider {i} did not change the printed result"
+        # other frames are files in _static/frames, fetched from this server on the first move
+        img.evaluate("i => i.complete ? null : new Promise(r => { i.onload = i.onerror = r; })")
+        assert img.evaluate("i => i.naturalWidth") > 0, f"{page_path}: slider {i}'s frame {after[0][:60]} did not load"
         s.scroll_into_view_if_needed()
         s.screenshot(path=str(SHOTS / f"{page_path.replace('/', '_')}.slider{i}.png"))
     page.close()

@@ -43,8 +43,9 @@ def test_slider_rejects_bad_start_values_and_names():
         widgets.slider(_draw, size=list(range(1, 20)), kind=[f"k{i}" for i in range(5)], static=True)
 
 
-def test_static_slider_precomputes_every_frame(monkeypatch):
+def test_static_slider_precomputes_every_frame(monkeypatch, tmp_path):
     shown = []
+    monkeypatch.chdir(tmp_path)                                 # outside a book: every frame inline
     monkeypatch.setattr("IPython.display.display", lambda obj: shown.append(obj))
     widgets.slider(_draw, size=[1, 2, 4], kind=["sum", "copy"], value={"size": 2}, fmt={"size": "{} MiB"},
                    static=True)
@@ -52,7 +53,7 @@ def test_static_slider_precomputes_every_frame(monkeypatch):
     frames = json.loads(re.search(r'<script type="application/json"[^>]*>(.*?)</script>', html).group(1))
     assert len(frames) == 6                                     # every combination, once
     assert frames[0][1] == "sum at 1\n" and frames[5][1] == "copy at 4\n"
-    assert all(f[0].startswith("iVBOR") for f in frames)        # PNG images
+    assert all(f[0].startswith("data:image/png;base64,iVBOR") for f in frames)   # PNG images
     assert html.count('type="range"') == 2 and "2 MiB" in html
     assert 'value="1"' in html                                  # starts at size=2
     assert "http" not in html                                   # nothing from a CDN
@@ -72,3 +73,25 @@ def test_static_mode_follows_the_environment(monkeypatch):
     assert is_static()
     monkeypatch.setenv("BOOK_STATIC", "0")
     assert not is_static()
+
+
+def test_inside_a_book_only_the_start_frame_is_inline(monkeypatch, tmp_path):
+    (tmp_path / "_config.yml").write_text("title: t\n")
+    (tmp_path / "_toc.yml").write_text("root: intro\n")
+    (tmp_path / "chapters").mkdir()
+    monkeypatch.chdir(tmp_path / "chapters")                    # notebooks run from their own folder
+    assert widgets.frames_dir() == tmp_path / "_static" / "frames"
+    shown = []
+    monkeypatch.setattr("IPython.display.display", lambda obj: shown.append(obj))
+    widgets.slider(_draw, size=[1, 2, 4], kind=["sum", "copy"], value={"size": 4, "kind": "copy"}, static=True)
+    html = shown[0].data
+    frames = json.loads(re.search(r'<script type="application/json"[^>]*>(.*?)</script>', html).group(1))
+    inline = [i for i, f in enumerate(frames) if f[0].startswith("data:")]
+    assert inline == [5]                                        # size=4, kind=copy: index 2 * 2 + 1
+    files = sorted((tmp_path / "_static" / "frames").iterdir())
+    assert all(p.read_bytes()[:4] == b"\x89PNG" for p in files)   # identical figures share one file
+    urls = [f[0] for i, f in enumerate(frames) if i != 5]
+    assert all(u.startswith("../_static/frames/") for u in urls)
+    assert {(tmp_path / "chapters" / u).resolve() for u in urls} == set(files)
+    assert len(html) < len(frames[5][0]) + 5_000                # one image in the page, not six
+    assert widgets.frames_dir(tmp_path.parent) is None
