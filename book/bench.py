@@ -510,7 +510,7 @@ def bench_speculative(*, prompts: int = 8, new_tokens: int = 128, gammas: Sequen
     import transformers
 
     from .models import load, load_tokenizer
-    from .peers import hf_assisted, hf_sampling_test
+    from .peers import hf_assisted
     from .speculative import (ModelDraft, PromptLookup, acceptance_rates, expected_tokens, predicted_speedup,
                               compare, step_costs)
 
@@ -588,7 +588,7 @@ def bench_speculative(*, prompts: int = 8, new_tokens: int = 128, gammas: Sequen
         + (f"; book / HF assisted at the same gamma: {ratio:.2f}x" if hf_ass else ""))
     sampled, verdict = None, "skipped"
     if hf and sampling_eps > 0:
-        sampled = _hf_sampling(hf_t, hf_d, ps[0] + ref[0], len(ps[0]), sampling_eps, out, hf_sampling_test)
+        sampled = _hf_sampling(hf_t, hf_d, ps[0] + ref[0], len(ps[0]), sampling_eps, out)
         verdict = "pass" if sampled["test"]["passed"] else "FAIL"
     worst = max(abs(m / f - 1) for m, f in zip(measured, predicted))
     out(f"SUMMARY device={dev.type} dtype={dtype} alpha={alpha:.3f} c={costs.c:.3f} best_gamma={g_best} "
@@ -601,24 +601,25 @@ def bench_speculative(*, prompts: int = 8, new_tokens: int = 128, gammas: Sequen
                       ratio, None if sampled is None else {k: v for k, v in sampled.items() if k not in ("p", "q")})
 
 
-def _hf_sampling(hf_t, hf_d, text: list[int], start: int, eps: float, out: Callable[[str], None],
-                 test: Callable) -> dict:
+def _hf_sampling(hf_t, hf_d, text: list[int], start: int, eps: float, out: Callable[[str], None]) -> dict:
     """The exactness test of HF assisted sampling at the position of `text` (after `start`) where the broken rules
     would land farthest from p, so the test could catch them there (chapter 05)."""
-    from .speculative import output_distribution, tv_distance
+    from .peers import hf_sampling_test
+    from .speculative import logits_of, output_distribution, tv_distance
     x = torch.tensor([text], device=hf_t.device)
     with torch.no_grad():
-        p = torch.softmax(hf_t(input_ids=x).logits[0].double(), -1)
-        q = torch.softmax(hf_d(input_ids=x.to(hf_d.device)).logits[0].double(), -1).to(p.device)
+        p = torch.softmax(logits_of(hf_t, x)[0].double(), -1)
+        q = torch.softmax(logits_of(hf_d, x.to(hf_d.device))[0].double(), -1).to(p.device)
     power = [min(tv_distance(output_distribution(p[i], q[i], **kw), p[i])
                  for kw in (dict(residual=False), dict(ratio=False))) for i in range(start, len(text))]
     pos = start + max(range(len(power)), key=power.__getitem__)
-    r = test(hf_t, hf_d, text[:pos + 1], eps=eps)
+    r = hf_sampling_test(hf_t, hf_d, text[:pos + 1], eps=eps)
     t = r["test"]
     out(f"HF assisted sampling (T=1, one drafted token) at position {pos + 1}: {t['samples']:,} samples in "
         f"{r['seconds']:.0f} s, its speculative-sampling step ran {r['speculative_calls']:,} times; TV(p, q) = "
         f"{r['tv_pq']:.3f}; TV(output, p) = {t['tv']:.4f} over {t['categories']} outcomes, threshold "
-        f"{t['threshold']:.3f}: {'pass' if t['passed'] else 'FAIL'} (any rule {eps} or more from p fails with probability >= 0.999); "
+        f"{t['threshold']:.3f}: {'pass' if t['passed'] else 'FAIL'} (any rule {eps} or more from p fails with "
+        f"probability >= 0.999); "
         f"the broken rules would be " + ", ".join(f"{k} {v:.3f}" for k, v in r["broken_tv"].items()) + " from p")
     return r
 

@@ -361,13 +361,13 @@ def hf_sampling_test(hf, assistant, context: Sequence[int], *, temperature: floa
     that temperature (`speculative.tv_test`: tokens rarer than eps/8 pooled, the sample size its guarantee needs).
     Also returns TV(p, q) and how far the two broken rules (no residual, no ratio) would land from p here: where
     that is under eps, this position could not catch them."""
-    from .speculative import output_distribution, tv_distance, tv_samples_needed, tv_test
+    from .speculative import logits_of, output_distribution, tv_distance, tv_samples_needed, tv_test
     if not temperature > 0:
         raise ValueError(f"the sampling test needs a temperature > 0, got {temperature}")
     x = torch.tensor([list(context)], device=hf.device)
     with torch.no_grad():
-        p = torch.softmax(hf(input_ids=x).logits[0, -1].double() / temperature, -1).cpu()
-        q = torch.softmax(assistant(input_ids=x.to(assistant.device)).logits[0, -1].double() / temperature, -1).cpu()
+        p, q = (torch.softmax(logits_of(m, x.to(m.device))[0, -1].double() / temperature, -1).cpu()
+                for m in (hf, assistant))
     min_mass = eps / 8
     n = tv_samples_needed(int((p >= min_mass).sum()) + 1, eps, delta)
     with _count_speculative_sampling() as calls:

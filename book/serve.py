@@ -238,15 +238,20 @@ class _Seq:
         return len(self.known) - self.cached
 
 
+def _draw(logits: torch.Tensor, q: _Seq) -> tuple[int, torch.Tensor]:
+    """A token drawn for a sampled sequence from one row of logits at its temperature, with its own generator, and
+    the probabilities it was drawn from."""
+    probs = torch.softmax(logits.float() / q.s.request.temperature, -1)
+    return int(torch.multinomial(probs, 1, generator=q.gen)[0]), probs
+
+
 def _pick(logits: torch.Tensor, seqs: Sequence[_Seq]) -> list[int]:
     """Next token of each sequence: greedy rows in one argmax, sampled rows with their own generator."""
-    out = logits.argmax(-1)
+    out = logits.argmax(-1).tolist()           # one host sync per step
     for i, q in enumerate(seqs):
-        t = q.s.request.temperature
-        if t > 0:
-            probs = torch.softmax(logits[i].float() / t, -1)
-            out[i] = torch.multinomial(probs, 1, generator=q.gen)[0]
-    return out.tolist()                        # one host sync per step
+        if q.s.request.temperature > 0:
+            out[i] = _draw(logits[i], q)[0]
+    return out
 
 
 def reject_reason(r: Request, max_len: int, fits: Callable[[int], bool]) -> str:
@@ -306,8 +311,8 @@ class _ModelDrafts:
     one packed pass per drafted position for all the sequences together; rejected drafts are rewound by lowering the
     count of cached positions (their keys and values are overwritten later)."""
 
-    def __init__(self, model, cache: SlotCache | PagedCache, max_len: int):
-        self.model, self.cache, self.max_len = model, cache, max_len
+    def __init__(self, model, cache: SlotCache | PagedCache):
+        self.model, self.cache = model, cache
         self.name = f"draft model {model.arch.name}"
         self.cached: dict[int, int] = {}
 
@@ -328,10 +333,9 @@ class _ModelDrafts:
             for row, seg in enumerate(packed.segments):
                 q, k = by_index[seg.seq]
                 drafted, qs = out[seg.seq]
-                t = q.s.request.temperature
-                if t > 0:
-                    probs = torch.softmax(logits[row].float() / t, -1)
-                    drafted.append(int(torch.multinomial(probs, 1, generator=q.gen)[0]))
+                if q.s.request.temperature > 0:
+                    token, probs = _draw(logits[row], q)
+                    drafted.append(token)
                     qs.append(probs)
                 else:
                     drafted.append(best[row])
@@ -412,7 +416,7 @@ class Engine:
                     raise ValueError(f"the draft {draft.arch.name} allows {draft.arch.max_context} positions, "
                                      f"fewer than max_len {max_len}")
                 self.drafts = _ModelDrafts(draft, _make_cache(draft.arch, dtype=draft.dtype, device=draft.device,
-                                                              **sizes), max_len)
+                                                              **sizes))
             self.name += f", {self.drafts.name} gamma {gamma}"
         self.name += ")"
 
@@ -525,7 +529,7 @@ class Engine:
                 scores = logits[row:row + rows]
                 if t > 0:
                     scores = torch.softmax(scores.float() / t, -1)
-                    n, nxt = verify(scores, self._q.get(seg.seq), drafted, temperature=t, generator=q.gen)
+                    n, nxt = verify(scores, self._q.pop(seg.seq, None), drafted, temperature=t, generator=q.gen)
                 else:                                        # greedy verify on the argmaxes already fetched
                     n = 0
                     while n < len(drafted) and best[row + n] == drafted[n]:
@@ -533,8 +537,7 @@ class Engine:
                     nxt = best[row + n]
                 out[seg.seq] = (n, drafted[:n] + [nxt])
             elif t > 0:
-                probs = torch.softmax(logits[row].float() / t, -1)
-                out[seg.seq] = (0, [int(torch.multinomial(probs, 1, generator=q.gen)[0])])
+                out[seg.seq] = (0, [_draw(logits[row], q)[0]])
             else:
                 out[seg.seq] = (0, [best[row]])
             row += rows

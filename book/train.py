@@ -27,7 +27,8 @@ from .device import device_name
 
 __all__ = ["Corpus", "ModelSpec", "TrainConfig", "SPECS", "CONFIGS", "DISTILLED", "WEIGHTS", "distill_loss",
            "load_corpus", "is_test_path", "split_of", "train_tokenizer", "encode", "token_byte_lengths",
-           "llama_config", "lr_at", "evaluate", "train", "portable_tokenizer_config", "export", "write_manifest", "plot_loss", "sha256"]
+           "llama_config", "lr_at", "evaluate", "train", "portable_tokenizer_config", "export", "write_manifest",
+           "plot_loss", "sha256"]
 
 ROOT = Path(__file__).resolve().parent.parent
 WEIGHTS = Path(__file__).resolve().parent / "weights"      # shipped inside the package
@@ -153,8 +154,8 @@ class ModelSpec:
 SPECS = {
     "coder": ModelSpec("coder", hidden=320, layers=7, heads=5, kv_heads=5, ffn=864),
     "coder-draft": ModelSpec("coder-draft", hidden=128, layers=2, heads=2, kv_heads=2, ffn=384),
-    "coder-draft-distilled": ModelSpec("coder-draft-distilled", hidden=128, layers=2, heads=2, kv_heads=2, ffn=384),
 }
+SPECS["coder-draft-distilled"] = dataclasses.replace(SPECS["coder-draft"], name="coder-draft-distilled")
 # A distilled model: (the model its weights start from, the teacher whose next-token distributions it learns).
 DISTILLED = {"coder-draft-distilled": ("coder-draft", "coder")}
 
@@ -462,7 +463,8 @@ def main(argv: list[str] | None = None) -> int:
             base, teacher_name = DISTILLED[name]
             init = LlamaForCausalLM.from_pretrained(weights / base, torch_dtype=torch.float32).state_dict()
             teacher = LlamaForCausalLM.from_pretrained(weights / teacher_name, torch_dtype=torch.float32)
-            print(f"{name}: starts from {weights / base}, learns {teacher_name}'s next-token distributions", flush=True)
+            print(f"{name}: starts from {weights / base}, learns {teacher_name}'s next-token distributions",
+                  flush=True)
         model, log = train(SPECS[name], cfg, tokenizer, train_tokens, val_tokens, ckpts / name,
                            resume=not args.fresh, device=args.device, init=init, teacher=teacher)
         if name in DISTILLED:
