@@ -22,11 +22,21 @@ NB_CACHE := $(abspath _build)/.jupyter_cache
 CELL_TIMEOUT ?= 900
 BUILD_FLAGS  := -W -n --keep-going
 
-.PHONY: help setup book test test-unit test-notebooks build-book test-browser lab clean
+# A second, small environment at the oldest transformers the book supports (requirements-oldest.txt): .venv's
+# packages, torch 2.13.0 included, seen through a .pth file, with transformers, tokenizers and huggingface_hub of
+# its own, and the book installed as the Colab cell installs it (pip --no-deps, not editable). It runs the unit tests
+# that use transformers and the chapter that loads every shipped model and tokenizer through it.
+OLDEST         := .venv-oldest
+OLDEST_STAMP   := $(OLDEST)/.installed
+OLDEST_TESTS    = $(shell grep -l transformers tests/test_*.py)
+OLDEST_CHAPTER := chapters/A1_the_books_models.ipynb
+
+.PHONY: help setup book test test-unit test-oldest test-notebooks build-book test-browser lab clean
 
 help:
 	@echo "make book   set up .venv, execute every chapter, build the HTML book into _build/html"
-	@echo "make test   set up .venv, then unit tests, nbval on every chapter, the -W book build and the browser check"
+	@echo "make test   set up .venv, then unit tests, the oldest-transformers check, nbval on every chapter, the -W"
+	@echo "            book build and the browser check"
 	@echo "make lab    open JupyterLab on the chapters"
 
 $(STAMP): requirements.txt pyproject.toml
@@ -37,6 +47,15 @@ $(STAMP): requirements.txt pyproject.toml
 	@touch $@
 
 setup: $(STAMP)
+
+$(OLDEST_STAMP): $(STAMP) requirements-oldest.txt pyproject.toml $(wildcard book/*.py book/*.json)
+	rm -rf $(OLDEST)
+	$(BIN)/python -m venv --without-pip $(OLDEST)
+	site=$$($(OLDEST)/bin/python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])"); \
+	$(BIN)/python -m pip install -q --no-deps --target "$$site" -r requirements-oldest.txt && \
+	$(BIN)/python -m pip install -q --no-deps --no-build-isolation --target "$$site" . && \
+	$(BIN)/python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])" > "$$site/_book_base_env.pth"
+	@touch $@
 
 # The static build: sliders become precomputed flipbooks (BOOK_STATIC=1 tells book.widgets).
 build-book: setup
@@ -50,6 +69,13 @@ book: build-book
 test-unit: setup
 	$(BIN)/python -m pytest -q tests --ignore=tests/test_browser.py
 
+test-oldest: setup $(OLDEST_STAMP)
+	cd $(OLDEST) && bin/python -c "import book, transformers, torch; print('$(OLDEST): transformers', \
+	    transformers.__version__, '- torch', torch.__version__, '- book from', book.__file__)"
+	$(OLDEST)/bin/python -m pytest -q -p no:cacheprovider $(OLDEST_TESTS)
+	BOOK_STATIC=1 $(OLDEST)/bin/python -m pytest -q --nbval-lax --nbval-cell-timeout=$(CELL_TIMEOUT) \
+	    -p no:cacheprovider $(OLDEST_CHAPTER)
+
 # nbval runs the chapters as the static build would (BOOK_STATIC=1), and book.nbcache files each chapter that passed
 # into the build's execution cache, so build-book renders those outputs instead of executing every chapter twice.
 test-notebooks: setup
@@ -60,11 +86,11 @@ test-notebooks: setup
 test-browser: setup
 	$(BIN)/python -m pytest -q tests/test_browser.py
 
-test: test-unit test-notebooks build-book test-browser
+test: test-unit test-oldest test-notebooks build-book test-browser
 	@echo "make test: all checks passed"
 
 lab: setup
 	$(BIN)/jupyter lab chapters
 
 clean:
-	rm -rf _build _static/frames
+	rm -rf _build _static/frames $(OLDEST) build

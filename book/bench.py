@@ -358,7 +358,7 @@ def bench_serve(model_path: str | None = None, *, requests: int = 48, rate: floa
     import transformers
 
     from .models import load
-    from .peers import hf_continuous, hf_static
+    from .peers import hf_continuous, hf_continuous_unavailable, hf_static
     from .serve import Engine, run_static, workload
 
     for name, v in (("requests", requests), ("max_batch", max_batch)):
@@ -370,6 +370,9 @@ def bench_serve(model_path: str | None = None, *, requests: int = 48, rate: floa
         raise ValueError(f"load_factor must be > 0, got {load_factor}")
     if dtype not in DTYPE_NAMES:
         raise ValueError(f"unknown dtype {dtype!r}; use one of {', '.join(DTYPE_NAMES)}")
+    why = hf_continuous_unavailable()
+    if why:
+        raise RuntimeError(f"the serving benchmark compares with Hugging Face's continuous batching: {why}")
     dev = as_device(device)
 
     out(f"serving benchmark: book static and continuous batching vs Hugging Face continuous batching and padded "
@@ -686,6 +689,10 @@ def main(argv: list[str] | None = None) -> int:
                           hf=not a.no_hf, sampling_eps=a.sampling_eps)
         return 0
     if a.command == "serve":
+        from .peers import hf_continuous_unavailable
+        why = hf_continuous_unavailable()
+        if why:
+            p.exit(2, f"python -m book.bench serve compares with Hugging Face's continuous batching: {why}\n")
         bench_serve(a.model_path, requests=a.requests, rate=a.rate, max_batch=a.max_batch, seed=a.seed,
                     device=a.device, dtype=a.dtype)
         return 0

@@ -29,7 +29,7 @@ import torch
 from .device import synchronize
 from .serve import Report, Request, Served, Step, admit, static_batches
 
-__all__ = ["hf_continuous", "hf_static", "hf_assisted", "hf_sampling_test", "HFRun", "SCHEDULERS"]
+__all__ = ["hf_continuous", "hf_continuous_unavailable", "hf_static", "hf_assisted", "hf_sampling_test", "HFRun", "SCHEDULERS"]
 
 SCHEDULERS = ("fifo", "prefill_first")
 CB_LOGGER = "ContinuousBatchingLogger"   # transformers' continuous batching logs here, apart from its own logger
@@ -55,6 +55,32 @@ def _positive(name: str, v) -> int:
     if not isinstance(v, int) or isinstance(v, bool) or v < 1:
         raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
     return v
+
+
+#: What `hf_continuous` passes to transformers' ContinuousBatchingConfig (its fields, by name).
+_CB_FIELDS = ("page_size", "num_blocks", "max_batch_tokens", "max_requests_per_batch", "scheduler_type",
+              "allow_block_sharing", "auto_switch_to_flash", "seed")
+
+
+def hf_continuous_unavailable() -> str | None:
+    """None when the installed transformers has the continuous-batching API `hf_continuous` drives, else a sentence
+    that says why not; transformers 4.57 (Colab's for a while) has an older API (chapter 04)."""
+    import inspect
+
+    import transformers
+    version = transformers.__version__
+    try:
+        from transformers import ContinuousBatchingConfig
+    except ImportError:
+        return (f"transformers {version} has no ContinuousBatchingConfig: Hugging Face's continuous batching, as "
+                f"this book drives it, needs transformers 5.4 or newer (the book is tested with 5.23); "
+                f"pip install -U transformers")
+    fields = inspect.signature(ContinuousBatchingConfig).parameters
+    missing = [f for f in _CB_FIELDS if f not in fields]
+    if missing:
+        return (f"transformers {version}'s ContinuousBatchingConfig lacks {', '.join(missing)}, which this book "
+                f"sets (it is tested with transformers 5.23); pip install -U transformers")
+    return None
 
 
 def _context(hf) -> int:
@@ -110,8 +136,6 @@ def hf_continuous(hf, requests: Sequence[Request], *, max_batch: int = 8, page_s
       prompts plus max_batch, so prompts are prefilled whole, like `Engine(chunk=None)`);
     - scheduler: "fifo" (decodes first, then prefills) or "prefill_first".
     """
-    from transformers import ContinuousBatchingConfig, GenerationConfig
-
     requests = _check_requests(requests, "hf_continuous")
     _positive("max_batch", max_batch)
     if not isinstance(page_size, int) or page_size < 4:
@@ -127,6 +151,10 @@ def hf_continuous(hf, requests: Sequence[Request], *, max_batch: int = 8, page_s
         max_batch_tokens = sum(prompts[:max_batch]) + max_batch
     _positive("max_batch_tokens", max_batch_tokens)
     name = name or f"HF continuous (paged, {scheduler})"
+    why = hf_continuous_unavailable()
+    if why:
+        raise RuntimeError(why)
+    from transformers import ContinuousBatchingConfig, GenerationConfig
 
     served = [Served(r, i) for i, r in enumerate(requests)]
     limit = _context(hf)
@@ -322,6 +350,7 @@ def hf_assisted(hf, prompts: Sequence[Sequence[int]], max_new_tokens: int, *, as
         name = f"HF assisted ({'gamma ' + str(gamma) if gamma else 'its default schedule'})"
     elif lookup is not None:
         kw["prompt_lookup_num_tokens"] = lookup
+        kw["eos_token_id"] = -1    # an id that never occurs: transformers 4.57's prompt lookup fails on None
         name = f"HF prompt lookup ({lookup} tokens)"
     dev = hf.device
     torch.manual_seed(seed)

@@ -89,6 +89,11 @@ def test_a_compiled_step_that_fails_when_run_falls_back(capsys):
 
 # ------------------------------------------------------------------------------------------- python -m book.bench serve
 
+from book.peers import hf_continuous_unavailable  # noqa: E402
+
+CB_WHY = hf_continuous_unavailable()      # None where this transformers has the API the benchmark compares with
+needs_cb = pytest.mark.skipif(CB_WHY is not None, reason=CB_WHY or "")
+
 SERVERS = ("book static (batch 3)", "book continuous (slot cache)", "book continuous (paged cache)",
            "HF continuous (paged)", "HF static (batch 3, padded)")
 
@@ -107,6 +112,7 @@ def tiny_llama_folder(tmp_path_factory):
     return str(path)
 
 
+@needs_cb
 def test_serve_prints_every_run_and_a_summary_last(capsys, tiny_llama_folder):
     assert main(["serve", "--requests", "6", "--max-batch", "3", "--device", "cpu",
                  "--model-path", tiny_llama_folder]) == 0
@@ -128,6 +134,7 @@ def test_serve_prints_every_run_and_a_summary_last(capsys, tiny_llama_folder):
         assert field in last, field
 
 
+@needs_cb
 def test_serve_result_with_a_given_rate(capsys, tiny_llama_folder):
     from book.bench import bench_serve
     r = bench_serve(tiny_llama_folder, requests=3, rate=40.0, max_batch=2, device="cpu")
@@ -147,6 +154,17 @@ def test_serve_bad_arguments():
             bench_serve(**kw)
     with pytest.raises(SystemExit):
         main(["serve", "--requests", "many"])
+
+
+def test_serve_names_an_older_transformers(capsys, monkeypatch):
+    import book.peers
+    monkeypatch.setattr(book.peers, "hf_continuous_unavailable", lambda: "transformers 4.57.6 has no X")
+    with pytest.raises(SystemExit) as e:
+        main(["serve", "--requests", "3"])
+    assert e.value.code == 2 and "transformers 4.57.6 has no X" in capsys.readouterr().err
+    with pytest.raises(RuntimeError, match="4.57.6 has no X"):
+        from book.bench import bench_serve
+        bench_serve(requests=3)
 
 
 def test_speculative_prints_the_sweep_the_peers_and_a_summary_last(capsys):

@@ -7,10 +7,20 @@ import pytest
 import torch
 
 from book.llama import Llama
-from book.peers import hf_continuous, hf_static
+from book import peers
+from book.peers import hf_continuous, hf_continuous_unavailable, hf_static
 from book.serve import Request, requests_from, table, workload
 
 transformers = pytest.importorskip("transformers")
+
+CB_WHY = hf_continuous_unavailable()      # None where this transformers has the API hf_continuous drives
+needs_cb = pytest.mark.skipif(CB_WHY is not None, reason=CB_WHY or "")
+
+
+def both(hf, reqs, cb: dict | None = None, st: dict | None = None) -> list:
+    """hf_continuous (where this transformers has it) and hf_static on the same requests."""
+    reps = [] if CB_WHY else [hf_continuous(hf, reqs, **(cb or {}))]
+    return reps + [hf_static(hf, reqs, **(st or {}))]
 
 
 @pytest.fixture(scope="module")
@@ -61,6 +71,7 @@ def consistent(rep) -> None:
 @pytest.mark.parametrize("kw", [dict(), dict(max_batch=3, page_size=4, max_batch_tokens=8),
                                 dict(scheduler="prefill_first", max_batch=4)],
                          ids=["default", "small-pages-chunked-prefill", "prefill-first"])
+@needs_cb
 def test_hf_continuous_tokens_equal_alone(hf, reqs, reference, kw):
     rep = hf_continuous(hf, reqs, **kw)
     consistent(rep)
@@ -92,19 +103,21 @@ def test_end_of_sequence_ends_a_request_in_both(hf, reqs, reference):
     r = reqs[0]
     want = reference[0][:reference[0].index(eos) + 1]
     eos_reqs = [Request(r.prompt, r.max_new_tokens, eos_token_id=eos), reqs[1]]
-    for rep in (hf_continuous(hf, eos_reqs), hf_static(hf, eos_reqs, batch=2)):
+    for rep in both(hf, eos_reqs, st=dict(batch=2)):
         consistent(rep)
         assert rep.served[0].tokens == want and rep.served[1].tokens == reference[1]
 
 
 def test_arrivals_and_a_report_without_steps(hf):
     reqs = requests_from([(0.0, [3, 4, 5], 3), (0.05, [6, 7], 2), (0.05, [8, 9, 10, 11], 4)])
-    for rep in (hf_continuous(hf, reqs, max_batch=2), hf_static(hf, reqs, batch=2, timeout=0.01)):
+    for rep in both(hf, reqs, cb=dict(max_batch=2), st=dict(batch=2, timeout=0.01)):
         consistent(rep)
         row = rep.row()
         assert rep.wall > 0.05 and row["tokens/s"] > 0 and rep.generated == 9
         assert row["ttft p50 ms"] <= row["ttft p95 ms"] <= row["ttft p99 ms"]
         assert set(rep.percentiles()) >= {"ttft", "tpot", "queue"} and rep.latencies()
+    if CB_WHY:
+        return
     empty = hf_continuous(hf, reqs)
     assert math.isnan(empty.schedule_share) and empty.padding_share == 0.0 and math.isnan(empty.mean_batch)
     assert "HF continuous" in table([empty]) and "n/a" in table([empty], columns=("tokens/s", "mean batch"))
@@ -112,12 +125,13 @@ def test_arrivals_and_a_report_without_steps(hf):
 
 def test_too_long_requests_are_rejected_like_the_book(hf, reqs):
     mixed = [reqs[0], Request((5,) * 130, 4), Request((5,) * 100, 40)]
-    for rep in (hf_continuous(hf, mixed), hf_static(hf, mixed)):
+    for rep in both(hf, mixed):
         rep.check()
         assert [s.status for s in rep.served] == ["finished", "rejected", "rejected"]
         assert "prompt of 130" in rep.served[1].reason and "limit is 128" in rep.served[2].reason
 
 
+@needs_cb
 def test_an_eviction_is_reported_not_hidden(hf, reqs):
     with pytest.raises(RuntimeError, match="evicted"):
         hf_continuous(hf, reqs, max_batch=4, page_size=4, num_blocks=12)
@@ -147,6 +161,14 @@ def test_both_on_coder():
     reqs = workload(4, vocab=hf.config.vocab_size, prompt_median=24, output_median=12, max_len=128, seed=5)
     want = book_alone(Llama.from_hf(hf), reqs)
     assert hf_alone(hf, reqs) == want
-    for rep in (hf_continuous(hf, reqs, max_batch=4), hf_static(hf, reqs, batch=4)):
+    for rep in both(hf, reqs, cb=dict(max_batch=4), st=dict(batch=4)):
         consistent(rep)
         assert [s.tokens for s in rep.served] == want
+
+
+def test_an_older_transformers_is_named_not_crashed_into(hf, reqs, monkeypatch):
+    """transformers without the continuous-batching API (4.57, say) gets a sentence, not an ImportError."""
+    assert (CB_WHY is None) == hasattr(transformers, "ContinuousBatchingConfig")
+    monkeypatch.setattr(peers, "hf_continuous_unavailable", lambda: "transformers 4.57.6 has no ContinuousBatchingConfig")
+    with pytest.raises(RuntimeError, match="4.57.6 has no ContinuousBatchingConfig"):
+        hf_continuous(hf, reqs)
