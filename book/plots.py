@@ -3,16 +3,32 @@ from __future__ import annotations
 
 import matplotlib
 
-__all__ = ["apply_style", "BYTES_TICKS", "format_bytes"]
+__all__ = ["apply_style", "BYTES_TICKS", "COLUMN_IN", "FULL_WIDTH_IN", "format_bytes"]
+
+
+#: Widest figure, in inches at 100 dpi, that the book's text column (688 px) shows at full size; a cell tagged
+#: `full-width` spans 136% of the column (935 px), room for FULL_WIDTH_IN. tests/test_book_config.py enforces both.
+COLUMN_IN, FULL_WIDTH_IN = 6.9, 9.3
 
 
 def apply_style() -> None:
-    """One consistent look: readable sizes, light grids, no top/right spines (chapter 00)."""
+    """One consistent look: readable sizes, light grids, no top/right spines; in a notebook, figures are drawn at
+    twice the pixels they are shown at, so they stay sharp on high-density screens (chapter 00)."""
     matplotlib.rcParams.update({
-        "figure.figsize": (7.0, 3.8), "figure.dpi": 100, "savefig.dpi": 100, "savefig.bbox": "tight",
+        "figure.figsize": (COLUMN_IN, 3.8), "figure.dpi": 100, "savefig.dpi": 100, "savefig.bbox": "tight",
         "axes.grid": True, "grid.alpha": 0.3, "axes.spines.top": False, "axes.spines.right": False,
         "axes.titlesize": 11, "axes.labelsize": 10, "legend.fontsize": 9, "legend.frameon": False,
     })
+    try:
+        from IPython import get_ipython
+        from matplotlib_inline.backend_inline import set_matplotlib_formats
+    except ImportError:          # plain Python: no inline figures to set up
+        return
+    shell = get_ipython()
+    if shell is not None and hasattr(shell, "kernel"):
+        import matplotlib.pyplot as _plt  # noqa: F401 - activates the inline backend, which would reset the formats
+        shell.run_line_magic("config", "InlineBackend.figure_formats = ['retina']")
+        set_matplotlib_formats("retina")
 
 
 def format_bytes(n: float) -> str:

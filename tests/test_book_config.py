@@ -60,3 +60,18 @@ def test_chapters_are_committed_clean_and_shaped_like_a_chapter():
         text = "".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "markdown")
         assert text.startswith("# ") and "## Exercises" in text and "## Summary" in text
         assert "{exercise-start}" in text and "{solution-start}" in text and ":class: dropdown" in text
+
+
+def test_figures_fit_the_column_they_are_shown_in():
+    """A figure wider than the text column is shrunk by the browser and its labels become unreadable: every
+    figsize fits the column (book.plots.COLUMN_IN), or the cell is tagged full-width and fits that
+    (FULL_WIDTH_IN)."""
+    from book.plots import COLUMN_IN, FULL_WIDTH_IN
+    for path in CHAPTERS:
+        for i, c in enumerate(json.loads(path.read_text())["cells"]):
+            if c["cell_type"] != "code":
+                continue
+            wide = "full-width" in c["metadata"].get("tags", [])
+            limit = FULL_WIDTH_IN if wide else COLUMN_IN
+            for w in re.findall(r"figsize=\(\s*([0-9.]+)\s*,", "".join(c["source"])):
+                assert float(w) <= limit + 0.1, f"{path.name} cell {i}: figsize width {w} > {limit} in"

@@ -91,6 +91,13 @@ def test_page_renders_with_its_figures_and_no_external_scripts(server, browser, 
     wide = page.eval_on_selector_all("main pre", "els => els.filter(e => e.scrollWidth > e.clientWidth + 1).map("
                                      "e => e.innerText.split('\\n').reduce((a, l) => l.length > a.length ? l : a))")
     assert not wide, f"{page_path}: code wider than the column (shorten these lines): {wide[:3]}"
+    # a figure shown narrower than it was drawn has its labels shrunk: cell figures are drawn for the column (or
+    # for a full-width cell); slider frames, drawn for the column at 100 dpi, may be scaled a little
+    shrunk = page.eval_on_selector_all("main .cell_output img", """els => els.map(e => {
+        const drawn = Number(e.getAttribute('width')) || e.naturalWidth;
+        return [e.currentSrc.slice(-40), e.getBoundingClientRect().width / drawn];
+    }).filter(([, r]) => r < 0.9).map(([s, r]) => `${s} at ${Math.round(100 * r)}%`)""")
+    assert not shrunk, f"{page_path}: figures shrunk to fit the column (unreadable labels): {shrunk[:4]}"
     if page_path.startswith("chapters/"):
         assert len(images) >= 3, f"{page_path} shows only {len(images)} figures"
         size = (HTML / page_path).stat().st_size
