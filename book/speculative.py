@@ -348,6 +348,8 @@ def generate(target, draft, prompt: Sequence[int] | torch.Tensor, max_new_tokens
         run.target_calls += 1
         scores = logits if temperature <= 0 else _probs(logits, temperature)
         n, nxt = verify(scores, q, proposed, temperature=temperature, generator=generator)
+        if hasattr(draft, "observe"):          # a draft that learns from the target's pass (chapter 06's Jacobi)
+            draft.observe(logits, n)
         target.rewind(base + 1 + n)
         new = proposed[:n] + [nxt]
         if eos_token_id is not None and eos_token_id in new:
