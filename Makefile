@@ -25,7 +25,8 @@ BUILD_FLAGS  := -W -n --keep-going
 # A second, small environment at the oldest transformers the book supports (requirements-oldest.txt): .venv's
 # packages, torch 2.13.0 included, seen through a .pth file, with transformers, tokenizers and huggingface_hub of
 # its own, and the book installed as the Colab cell installs it (pip --no-deps, not editable). It runs the unit tests
-# that use transformers and the chapter that loads every shipped model and tokenizer through it.
+# that use transformers (less the decode benchmark's timing run; its HF generate path is tested elsewhere) and the
+# chapter that loads every shipped model and tokenizer through it.
 OLDEST         := .venv-oldest
 OLDEST_STAMP   := $(OLDEST)/.installed
 OLDEST_TESTS    = $(shell grep -l transformers tests/test_*.py)
@@ -55,6 +56,7 @@ $(OLDEST_STAMP): $(STAMP) requirements-oldest.txt pyproject.toml $(wildcard book
 	$(BIN)/python -m pip install -q --no-deps --target "$$site" -r requirements-oldest.txt && \
 	$(BIN)/python -m pip install -q --no-deps --no-build-isolation --target "$$site" . && \
 	$(BIN)/python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])" > "$$site/_book_base_env.pth"
+	rm -rf build
 	@touch $@
 
 # The static build: sliders become precomputed flipbooks (BOOK_STATIC=1 tells book.widgets).
@@ -72,7 +74,8 @@ test-unit: setup
 test-oldest: setup $(OLDEST_STAMP)
 	cd $(OLDEST) && bin/python -c "import book, transformers, torch; print('$(OLDEST): transformers', \
 	    transformers.__version__, '- torch', torch.__version__, '- book from', book.__file__)"
-	$(OLDEST)/bin/python -m pytest -q -p no:cacheprovider $(OLDEST_TESTS)
+	$(OLDEST)/bin/python -m pytest -q -p no:cacheprovider $(OLDEST_TESTS) \
+	    --deselect tests/test_bench.py::test_decode_prints_every_figure_and_a_summary_last
 	BOOK_STATIC=1 $(OLDEST)/bin/python -m pytest -q --nbval-lax --nbval-cell-timeout=$(CELL_TIMEOUT) \
 	    -p no:cacheprovider $(OLDEST_CHAPTER)
 

@@ -264,10 +264,11 @@ def kv_cache_nbytes(cache) -> int:
     return total
 
 
-def reference_suite(device=None) -> dict:
+def reference_suite(device=None, quick: bool = False) -> dict:
     """The chapter's recorded results: coder's TTFT and TPOT for one request, and prefill and decode-step times of
     the book's decoder with Llama-2-7B's shapes against the floor, bytes over the measured read bandwidth, in the
-    precision measured fastest on the device (fp16 included, for GPUs without bf16) (chapter 01)."""
+    precision measured fastest on the device (fp16 included, for GPUs without bf16); `quick`: 32 tokens, three
+    contexts, two layers, fewer repeats (chapter 01)."""
     from .device import as_device
     from .hardware import measured_ceilings
     from .llama import Llama
@@ -277,19 +278,21 @@ def reference_suite(device=None) -> dict:
     coder = Llama.from_hf(load("coder", dtype="fp32"), device=dev)
     prompt = torch.randint(0, coder.arch.vocab, (1, 128), generator=torch.Generator().manual_seed(0)).to(dev)
     list(stream(coder, prompt, 8))                                              # warm-up
-    lat = Latency.from_tokens(list(stream(coder, prompt, 128)))
+    lat = Latency.from_tokens(list(stream(coder, prompt, 32 if quick else 128)))
     c = measured_ceilings(dev)
     dtype = c.fastest(("bf16", "fp16", "fp32"))
-    arch = architecture("Llama-2-7B") if dev.type == "cuda" else architecture("Llama-2-7B").with_layers(4)
+    arch = architecture("Llama-2-7B")
+    if quick or dev.type != "cuda":
+        arch = arch.with_layers(2 if quick else 4)
     model = Llama.from_hf(build_random(arch, dtype=dtype, device=dev))
-    ctxs = [16, 256, 1024, 2048]
-    steps = [time_decode_step(model, n).median for n in ctxs]
+    ctxs = [16, 256, 1024] if quick else [16, 256, 1024, 2048]
+    steps = [time_decode_step(model, n, repeats=3 if quick else 7).median for n in ctxs]
     floors = [decode_step(arch, 1, n, dtype).bytes / c.read_bw for n in ctxs]     # decode reads: read bandwidth
     values = {"coder_ttft_ms": lat.ttft * 1e3, "coder_tpot_ms": lat.tpot * 1e3, "layers": arch.n_layers,
               "dtype_bytes": float(dtype_bytes(dtype)), "fp16": float(dtype == "fp16"),
               "read_bw_gbs": c.read_bw / 1e9, "decode_1024_ms": steps[2] * 1e3,
               "decode_1024_floor_ms": floors[2] * 1e3,
-              "prefill_256_ms": time_prefill(model, 256).median * 1e3}
+              "prefill_256_ms": time_prefill(model, 256, repeats=2 if quick else 5).median * 1e3}
     return {"values": values, "series": {
         "decode_step_ms": {"x": [float(n) for n in ctxs], "y": [t * 1e3 for t in steps],
                            "x_label": "context (tokens)", "y_label": "ms per decode step"},

@@ -515,13 +515,15 @@ def sweep_sizes(device: torch.device | str | None = None, points_per_octave: int
     return sizes
 
 
-def reference_suite(device: torch.device | str | None = None) -> dict:
-    """The preface's recorded results: measured ceilings and read bandwidth against tensor size (chapter 00)."""
+def reference_suite(device: torch.device | str | None = None, quick: bool = False) -> dict:
+    """The preface's recorded results: measured ceilings and read bandwidth against tensor size; `quick`: one round
+    of ceilings and every third size (chapter 00)."""
     dev = as_device(device)
-    c = measured_ceilings(dev, refresh=True)
+    c = measured_ceilings(dev, refresh=True, rounds=1 if quick else 5)
     values = {"read_bw_gbs": c.read_bw / GB, "copy_bw_gbs": c.copy_bw / GB, "bytes_tested": float(c.bytes_tested)}
     values.update({f"matmul_{k}_tflops": v / TFLOP for k, v in c.matmul.items()})
-    sweep = bandwidth_sweep(sweep_sizes(dev), dev)
+    sizes = sweep_sizes(dev)
+    sweep = bandwidth_sweep(sizes[::3] if quick else sizes, dev, repeats=3 if quick else 7)
     return {"values": values,
             "series": {"read_bw_vs_size": {"x": [s for s, _ in sweep], "y": [bw / GB for _, bw in sweep],
                                            "x_label": "tensor size (bytes)", "y_label": "read bandwidth (GB/s)"}}}

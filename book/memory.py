@@ -470,10 +470,10 @@ def random_model(arch: str | Architecture, *, dtype: str = "bf16", device: torch
     return model
 
 
-def reference_suite(device: torch.device | str | None = None, dtype: str | None = None) -> dict:
+def reference_suite(device: torch.device | str | None = None, dtype: str | None = None, quick: bool = False) -> dict:
     """The chapter's recorded results: measured KV-cache and weight allocations of the book's decoder against the
     estimate, and the activation peak of prefill and decode, in `dtype` (default: the fastest of bf16, fp16 and
-    fp32 measured on the device, as in the chapter) (chapter 03)."""
+    fp32 measured on the device, as in the chapter); `quick` changes nothing, the suite is small (chapter 03)."""
     dev = as_device(device)
     if dtype is None:
         from .hardware import measured_ceilings

@@ -25,7 +25,8 @@ from typing import Any, Callable
 FORMAT = "book-reference/1"
 REFERENCE_DIR = Path(__file__).with_name("references")
 
-#: Each chapter's measurement suite: "module:function", called as function(device) -> {"values", "series"}.
+#: Each chapter's measurement suite: "module:function", called as function(device, quick=False) -> {"values",
+#: "series"}; quick=True shrinks its sweeps (a check that it runs, not a reference).
 SUITES: dict[str, str] = {
     "00_how_to_use_this_book": "book.hardware:reference_suite",
     "01_serial_decoding": "book.decode:reference_suite",
@@ -51,6 +52,7 @@ class Reference:
     cuda: str | None
     suites: dict[str, dict[str, Any]] = field(default_factory=dict)
     path: Path | None = None
+    quick: bool = False                  # recorded with `record --quick`: smaller sweeps, never shipped
 
     def values(self, suite: str) -> dict[str, float]:
         """Scalar results of one chapter's suite."""
@@ -65,8 +67,9 @@ class Reference:
         return f"{self.device} (recorded {self.date}, torch {self.torch})"
 
     def to_json(self) -> dict[str, Any]:
-        return {"format": FORMAT, "device": self.device, "kind": self.kind, "date": self.date, "torch": self.torch,
+        data = {"format": FORMAT, "device": self.device, "kind": self.kind, "date": self.date, "torch": self.torch,
                 "cuda": self.cuda, "suites": self.suites}
+        return {**data, "quick": True} if self.quick else data
 
 
 def _validate(data: Any, where: str) -> None:
@@ -97,7 +100,7 @@ def read(path: str | Path) -> Reference:
         raise ReferenceFormatError(f"{path}: not valid JSON ({err})") from err
     _validate(data, str(path))
     return Reference(device=data["device"], kind=data["kind"], date=data["date"], torch=data["torch"],
-                     cuda=data.get("cuda"), suites=data["suites"], path=path)
+                     cuda=data.get("cuda"), suites=data["suites"], path=path, quick=bool(data.get("quick")))
 
 
 def write(ref: Reference, path: str | Path) -> Path:
@@ -111,10 +114,10 @@ def write(ref: Reference, path: str | Path) -> Path:
 
 
 def load_references(directory: str | Path | None = None) -> list[Reference]:
-    """Every reference file shipped with the book, oldest first (chapter 00)."""
+    """Every reference file shipped with the book, oldest first; quick recordings are left out (chapter 00)."""
     d = Path(directory) if directory else REFERENCE_DIR
     refs = [read(p) for p in sorted(d.glob("*.json"))] if d.is_dir() else []
-    return sorted(refs, key=lambda r: r.date)
+    return sorted((r for r in refs if not r.quick), key=lambda r: r.date)
 
 
 def latest(suite: str, *, kind: str = "cuda", directory: str | Path | None = None) -> Reference | None:
@@ -140,11 +143,15 @@ def _resolve_suite(name: str) -> Callable[..., dict[str, Any]]:
 
 
 def record(suites: list[str] | None = None, *, device: str | None = None,
-           out_dir: str | Path | None = None) -> Path:
-    """Run the registered suites on this device and write one reference file; returns its path (chapter 00)."""
+           out_dir: str | Path | None = None, quick: bool = False) -> Path:
+    """Run the registered suites on this device and write one reference file; returns its path. `quick` runs each
+    suite with smaller sweeps, to check that the command works; its file says so, must go to `out_dir` and is
+    never drawn in a chapter (chapter 00)."""
     import torch
 
     from .device import device_name, pick_device
+    if quick and out_dir is None:
+        raise ValueError("a quick recording is a check, not a reference: give out_dir (--out) for it")
     names = suites or list(SUITES)
     unknown = [n for n in names if n not in SUITES]
     if unknown:
@@ -153,9 +160,10 @@ def record(suites: list[str] | None = None, *, device: str | None = None,
     results = {}
     for name in names:
         print(f"recording {name} on {device_name(dev)} ...", flush=True)
-        results[name] = _resolve_suite(name)(dev)
+        results[name] = _resolve_suite(name)(dev, quick=quick)
     ref = Reference(device=device_name(dev), kind=dev.type, date=_dt.date.today().isoformat(),
-                    torch=torch.__version__, cuda=torch.version.cuda if dev.type == "cuda" else None, suites=results)
+                    torch=torch.__version__, cuda=torch.version.cuda if dev.type == "cuda" else None, suites=results,
+                    quick=quick)
     slug = re.sub(r"[^a-z0-9]+", "-", ref.device.lower()).strip("-")
     return write(ref, Path(out_dir or REFERENCE_DIR) / f"{slug}-{ref.date}.json")
 
@@ -168,10 +176,14 @@ def main(argv: list[str] | None = None) -> int:
     rec.add_argument("--suite", action="append", choices=list(SUITES), help="only this suite (repeatable)")
     rec.add_argument("--device", help="cuda, mps or cpu (default: the best available)")
     rec.add_argument("--out", help=f"folder to write into (default {REFERENCE_DIR})")
+    rec.add_argument("--quick", action="store_true", help="smaller sweeps, to check the command works (needs --out; "
+                     "the file is marked quick and never drawn)")
     sub.add_parser("list", help="list the recorded reference files")
     args = parser.parse_args(argv)
     if args.command == "record":
-        print(f"wrote {record(args.suite, device=args.device, out_dir=args.out)}")
+        if args.quick and not args.out:
+            parser.error("--quick needs --out: a quick recording is a check, not a reference to ship")
+        print(f"wrote {record(args.suite, device=args.device, out_dir=args.out, quick=args.quick)}")
     else:
         refs = load_references()
         if not refs:

@@ -382,9 +382,10 @@ def plot_roofline(ax, roofs: list[Roof], points: list[tuple[str, float, float]] 
     return ax
 
 
-def reference_suite(device=None) -> dict:
+def reference_suite(device=None, quick: bool = False) -> dict:
     """The chapter's recorded results: measured ceilings, the matmul sweep and its knee, and decode steps of the
-    book's decoder (Llama-2-7B shape, bf16) against the prediction (chapter 02)."""
+    book's decoder (Llama-2-7B shape, bf16) against the prediction; `quick`: batches up to 64, two layers, two
+    decode batches (chapter 02)."""
     from .device import as_device
     from .hardware import bandwidth_test_bytes, measured_ceilings
     from .llama import Llama
@@ -395,12 +396,14 @@ def reference_suite(device=None) -> dict:
     roof = Roof.measured(c, dtype)
     d_in = 4096
     d_out = max(4096, bandwidth_test_bytes(dev) // (2 * d_in) // 256 * 256)
-    batches = [2**i for i in range(13 if dev.type == "cuda" else 10)]        # up to 4096 / 512
+    batches = [2**i for i in range(7 if quick else 13 if dev.type == "cuda" else 10)]   # up to 64 / 4096 / 512
     rows = linear_sweep(batches, d_in, d_out, dtype, dev)
-    arch = architecture("Llama-2-7B") if dev.type == "cuda" else architecture("Llama-2-7B").with_layers(4)
+    arch = architecture("Llama-2-7B")
+    if quick or dev.type != "cuda":
+        arch = arch.with_layers(2 if quick else 4)
     model = Llama.from_hf(build_random(arch, dtype=dtype, device=dev))
-    dec_b = [1, 4, 16, 64, 256] if dev.type == "cuda" else [1, 4, 16, 64]
-    measured = [measure_decode_step(model, b, 64).median for b in dec_b]
+    dec_b = [1, 4] if quick else [1, 4, 16, 64, 256] if dev.type == "cuda" else [1, 4, 16, 64]
+    measured = [measure_decode_step(model, b, 64, repeats=4 if quick else 10).median for b in dec_b]
     predicted = [roof.time(decode_step(arch, b, 64, dtype)) for b in dec_b]
     values = {"dtype_bytes": float(dtype_bytes(dtype)), "copy_bw_gbs": c.copy_bw / 1e9,
               "read_bw_gbs": c.read_bw / 1e9,

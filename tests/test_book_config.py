@@ -35,7 +35,7 @@ def test_build_settings():
     ex = CONFIG["execute"]
     assert ex["execute_notebooks"] == "cache" and ex["allow_errors"] is False and ex["timeout"] > 0
     assert CONFIG["only_build_toc_files"] is True
-    assert {"_build", ".venv"} <= set(CONFIG["exclude_patterns"])
+    assert {"_build", ".venv", ".venv-oldest", "build"} <= set(CONFIG["exclude_patterns"])
     assert "sphinx_exercise" in CONFIG["sphinx"]["extra_extensions"]
     assert CONFIG["sphinx"]["config"]["nb_execution_raise_on_error"] is True
 

@@ -67,15 +67,26 @@ def test_shipped_references_are_valid():
 
 
 def test_record_command_runs_the_real_suites(tmp_path):
-    """`python -m book.reference record` on this machine's CPU writes one valid file."""
-    out = subprocess.run([sys.executable, "-m", "book.reference", "record", "--device", "cpu", "--out", str(tmp_path)],
-                         capture_output=True, text=True, timeout=600)
+    """`python -m book.reference record --quick` on this machine's CPU runs every registered suite (smaller sweeps)
+    and writes one valid file, marked quick and never drawn; the ceilings it measures stay out of the build's file."""
+    import os
+    env = {**os.environ, "BOOK_CEILINGS": "off"}
+    out = subprocess.run([sys.executable, "-m", "book.reference", "record", "--quick", "--device", "cpu",
+                          "--out", str(tmp_path)], capture_output=True, text=True, timeout=600, env=env)
     assert out.returncode == 0, out.stderr
     files = list(tmp_path.glob("*.json"))
     assert len(files) == 1
     r = ref.read(files[0])
-    assert r.kind == "cpu" and r.values("00_how_to_use_this_book")["read_bw_gbs"] > 0
+    assert r.kind == "cpu" and r.quick and set(r.suites) == set(ref.SUITES)
+    assert r.values("00_how_to_use_this_book")["read_bw_gbs"] > 0
+    assert r.values("01_serial_decoding")["decode_1024_ms"] > 0 and r.values("02_roofline")["decode_b1_ms"] > 0
     xs, ys = r.series("00_how_to_use_this_book", "read_bw_vs_size")
-    assert len(xs) == len(ys) > 5 and all(y > 0 for y in ys)
+    assert len(xs) == len(ys) > 3 and all(y > 0 for y in ys)
+    assert ref.load_references(tmp_path) == []             # a quick file is a check, never a reference
+    with pytest.raises(ValueError, match="out_dir"):
+        ref.record(["03_memory_breakdown"], quick=True)
+    bad = subprocess.run([sys.executable, "-m", "book.reference", "record", "--quick"], capture_output=True,
+                         text=True, timeout=120)
+    assert bad.returncode == 2 and "--quick needs --out" in bad.stderr
     with pytest.raises(KeyError, match="unknown suite"):
         ref.record(["nope"], out_dir=tmp_path)
