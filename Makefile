@@ -25,11 +25,12 @@ BUILD_FLAGS  := -W -n --keep-going
 # A second, small environment at the oldest transformers the book supports (requirements-oldest.txt): .venv's
 # packages, torch 2.13.0 included, seen through a .pth file, with transformers, tokenizers and huggingface_hub of
 # its own, and the book installed as the Colab cell installs it (pip --no-deps, not editable). It runs the unit tests
-# that use transformers (less the decode benchmark's timing run; its HF generate path is tested elsewhere) and the
-# chapter that loads every shipped model and tokenizer through it.
+# that call transformers' own API (loading, generate, assisted generation, continuous batching, tokenizers, training)
+# and the chapter that loads every shipped model and tokenizer through it.
 OLDEST         := .venv-oldest
 OLDEST_STAMP   := $(OLDEST)/.installed
-OLDEST_TESTS    = $(shell grep -l transformers tests/test_*.py)
+OLDEST_TESTS   := $(addprefix tests/test_,models.py shipped_models.py llama.py decode.py peers.py speculative.py \
+                    train.py)
 OLDEST_CHAPTER := chapters/A1_the_books_models.ipynb
 
 .PHONY: help setup book test test-unit test-oldest test-notebooks build-book test-browser lab clean
@@ -74,8 +75,7 @@ test-unit: setup
 test-oldest: setup $(OLDEST_STAMP)
 	cd $(OLDEST) && bin/python -c "import book, transformers, torch; print('$(OLDEST): transformers', \
 	    transformers.__version__, '- torch', torch.__version__, '- book from', book.__file__)"
-	$(OLDEST)/bin/python -m pytest -q -p no:cacheprovider $(OLDEST_TESTS) \
-	    --deselect tests/test_bench.py::test_decode_prints_every_figure_and_a_summary_last
+	$(OLDEST)/bin/python -m pytest -q -p no:cacheprovider $(OLDEST_TESTS)
 	BOOK_STATIC=1 $(OLDEST)/bin/python -m pytest -q --nbval-lax --nbval-cell-timeout=$(CELL_TIMEOUT) \
 	    -p no:cacheprovider $(OLDEST_CHAPTER)
 

@@ -108,7 +108,7 @@ def for_chapter(chapter: str) -> list[Published]:
     return [p for p in load().values() if chapter in p.chapters]
 
 
-def caption(entries: list[Published], width: int = 90) -> str:
+def caption(entries: list[Published], width: int = 80) -> str:
     """'Published, not measured by the book:' and one line per entry with its setup and source (chapter 01)."""
     lines = ["Published, not measured by the book:"]
     for p in entries:

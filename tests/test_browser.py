@@ -92,9 +92,9 @@ def test_page_renders_with_its_figures_and_no_external_scripts(server, browser, 
                                      "e => e.innerText.split('\\n').reduce((a, l) => l.length > a.length ? l : a))")
     assert not wide, f"{page_path}: code wider than the column (shorten these lines): {wide[:3]}"
     # a figure shown narrower than it was drawn has its labels shrunk: cell figures are drawn for the column (or
-    # for a full-width cell); slider frames, drawn for the column at 100 dpi, may be scaled a little
+    # for a full-width cell) at 2x pixels, and the page sets their width to half of that (style width)
     shrunk = page.eval_on_selector_all("main .cell_output img", """els => els.map(e => {
-        const drawn = Number(e.getAttribute('width')) || e.naturalWidth;
+        const drawn = parseFloat(e.style.width) || Number(e.getAttribute('width')) || e.naturalWidth;
         return [e.currentSrc.slice(-40), e.getBoundingClientRect().width / drawn];
     }).filter(([, r]) => r < 0.9).map(([s, r]) => `${s} at ${Math.round(100 * r)}%`)""")
     assert not shrunk, f"{page_path}: figures shrunk to fit the column (unreadable labels): {shrunk[:4]}"

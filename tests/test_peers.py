@@ -172,3 +172,14 @@ def test_an_older_transformers_is_named_not_crashed_into(hf, reqs, monkeypatch):
     monkeypatch.setattr(peers, "hf_continuous_unavailable", lambda: "transformers 4.57.6 has no ContinuousBatchingConfig")
     with pytest.raises(RuntimeError, match="4.57.6 has no ContinuousBatchingConfig"):
         hf_continuous(hf, reqs)
+
+
+def test_hf_assisted_plain_with_an_assistant_and_with_prompt_lookup_gives_the_greedy_tokens(hf, reqs):
+    """The chapter-05 peer in every mode, on this transformers (4.57's prompt lookup needs an end id: peers gives -1)."""
+    from book.peers import hf_assisted
+    prompts = [r.prompt + r.prompt[:4] for r in reqs[:3]]          # a repeat, so lookup finds something
+    book = Llama.from_hf(hf)
+    want = [book.generate(torch.tensor([p]), 10)[0].tolist() for p in prompts]
+    for kw in (dict(), dict(assistant=hf, gamma=2), dict(lookup=3)):
+        run = hf_assisted(hf, prompts, 10, **kw)
+        assert run.tokens == want, kw
