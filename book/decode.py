@@ -273,7 +273,7 @@ def reference_suite(device=None, quick: bool = False) -> dict:
     from .hardware import measured_ceilings
     from .llama import Llama
     from .models import architecture, build_random, dtype_bytes, load
-    from .roofline import decode_step
+    from .roofline import compiled_decode_ms, decode_step
     dev = as_device(device)
     coder = Llama.from_hf(load("coder", dtype="fp32"), device=dev)
     prompt = torch.randint(0, coder.arch.vocab, (1, 128), generator=torch.Generator().manual_seed(0)).to(dev)
@@ -293,6 +293,9 @@ def reference_suite(device=None, quick: bool = False) -> dict:
               "read_bw_gbs": c.read_bw / 1e9, "decode_1024_ms": steps[2] * 1e3,
               "decode_1024_floor_ms": floors[2] * 1e3,
               "prefill_256_ms": time_prefill(model, 256, repeats=2 if quick else 5).median * 1e3}
+    fast = compiled_decode_ms(model, 1024) if dev.type == "cuda" and not quick else None
+    if fast is not None:                                   # the same step with CUDA graphs: no launch overhead
+        values["decode_1024_compiled_ms"] = fast
     return {"values": values, "series": {
         "decode_step_ms": {"x": [float(n) for n in ctxs], "y": [t * 1e3 for t in steps],
                            "x_label": "context (tokens)", "y_label": "ms per decode step"},

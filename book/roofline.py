@@ -12,7 +12,7 @@ import torch
 from .hardware import GPUSpec, gpu
 from .models import Architecture, architecture, dtype_bytes
 
-__all__ = ["Roof", "Work", "dot", "matvec", "matmul", "linear", "decode_step", "prefill", "extend", "critical_batch",
+__all__ = ["Roof", "Work", "dot", "matvec", "matmul", "linear", "decode_step", "compiled_decode_ms", "prefill", "extend", "critical_batch",
            "mbu", "mfu", "measure_decode_step", "measure_extend", "linear_sweep", "measured_knee", "first_compute_bound",
            "busy_while", "silence_native_stderr", "plot_roofline", "reference_suite"]
 
@@ -382,6 +382,25 @@ def plot_roofline(ax, roofs: list[Roof], points: list[tuple[str, float, float]] 
     return ax
 
 
+def compiled_decode_ms(model, context: int = 64) -> float | None:
+    """Median ms of the B=1 decode step at `context` cached tokens with `Llama.compile_decode` (CUDA graphs on a GPU), or None
+    with a note when torch.compile fails here: what the same step costs once per-kernel launch overhead is gone
+    (chapter 02)."""
+    try:
+        model.cache = None
+        model.setup_cache(1, context + 1)
+        model.compile_decode()
+        if model._compiled is None:
+            return None
+        t = measure_decode_step(model, 1, context, warmup=5, repeats=20).median * 1e3
+        return None if model._compiled is None else t
+    except Exception as e:  # noqa: BLE001 - a compiler failure costs this one value, not the recording
+        print(f"note: the compiled decode step could not be timed here ({type(e).__name__}: {e})")
+        return None
+    finally:
+        model._compiled = None
+
+
 def reference_suite(device=None, quick: bool = False) -> dict:
     """The chapter's recorded results: measured ceilings, the matmul sweep and its knee, and decode steps of the
     book's decoder (Llama-2-7B shape, bf16) against the prediction; `quick`: batches up to 64, two layers, two
@@ -405,12 +424,15 @@ def reference_suite(device=None, quick: bool = False) -> dict:
     dec_b = [1, 4] if quick else [1, 4, 16, 64, 256] if dev.type == "cuda" else [1, 4, 16, 64]
     measured = [measure_decode_step(model, b, 64, repeats=4 if quick else 10).median for b in dec_b]
     predicted = [roof.time(decode_step(arch, b, 64, dtype)) for b in dec_b]
+    fast = compiled_decode_ms(model) if dev.type == "cuda" and not quick else None
     values = {"dtype_bytes": float(dtype_bytes(dtype)), "copy_bw_gbs": c.copy_bw / 1e9,
               "read_bw_gbs": c.read_bw / 1e9,
               "peak_tflops": c.matmul[dtype] / 1e12, "ridge": roof.ridge, "sweep_d_out": d_out,
               "knee_measured": measured_knee(rows),
               "knee_predicted": float(first_compute_bound(lambda b: linear(b, d_in, d_out, dtype), roof) or 0),
               "decode_b1_ms": measured[0] * 1e3, "decode_b1_predicted_ms": predicted[0] * 1e3}
+    if fast is not None:
+        values["decode_b1_compiled_ms"] = fast
     return {"values": values, "series": {
         "matmul_flop_rate": {"x": [float(r["batch"]) for r in rows], "y": [r["flop_rate"] / 1e12 for r in rows],
                              "x_label": "batch", "y_label": "TFLOP/s"},

@@ -132,6 +132,36 @@ def test_decode_step_timing_at_a_given_context_with_a_random_cache():
         R.measure_decode_step(model, batch=1, context=-1)
 
 
+def test_compiled_decode_timing_falls_back_to_none_and_leaves_the_model_eager(monkeypatch, capsys):
+    from book.llama import Llama
+    from dataclasses import replace
+    from book.models import architecture, build_random
+    tiny = replace(architecture("Llama-2-7B"), name="tiny", n_layers=1, hidden=64, n_heads=4, n_kv_heads=2,
+                   head_dim=16, intermediate=128, vocab=256)
+    model = Llama.from_hf(build_random(tiny, dtype="fp32"))
+
+    def no_compiler(self, mode=None, bucket=None):      # compile_decode's own fallback: torch.compile unavailable
+        self._compiled = None
+        return self
+    monkeypatch.setattr(Llama, "compile_decode", no_compiler)
+    assert R.compiled_decode_ms(model, context=8) is None
+    assert model.cache.max_len == 9 and model._compiled is None
+
+    def broken(self, mode=None, bucket=None):
+        raise RuntimeError("no backend")
+    monkeypatch.setattr(Llama, "compile_decode", broken)
+    assert R.compiled_decode_ms(model) is None
+    assert "could not be timed here (RuntimeError: no backend)" in capsys.readouterr().out
+    assert model._compiled is None and R.measure_decode_step(model, 1, 8, warmup=0, repeats=1).median > 0
+
+    def fake(self, mode=None, bucket=None):            # a "compiled" step that is the eager one: a number comes back
+        self._compiled = self._decode
+        self._bucket = 4
+        return self
+    monkeypatch.setattr(Llama, "compile_decode", fake)
+    assert R.compiled_decode_ms(model, context=8) > 0 and model._compiled is None
+
+
 def test_a_small_matmul_sweep_and_its_knee():
     rows = R.linear_sweep([1, 2, 4, 64], 64, 128, "fp32", "cpu", repeats=2)
     assert [r["batch"] for r in rows] == [1, 2, 4, 64]
