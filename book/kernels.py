@@ -42,7 +42,10 @@ def mulsum(w: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     after the first new shape torch.compile makes the sizes symbolic instead of compiling once per shape."""
     if not _COMPILED:
         _COMPILED.append(torch.compile(_mulsum_eager, dynamic=None))
-    return _COMPILED[0](w, x)
+    # detach: torch.compile keeps an nn.Parameter's sizes static, so a model's weights (a few shapes, each dtype)
+    # would each compile anew, and past torch._dynamo's recompile limit run the eager product, which materialises
+    # w * x, a temporary as large as the weight. A plain tensor gets symbolic sizes like any input.
+    return _COMPILED[0](w.detach(), x)
 
 
 def _read_env() -> str | None:

@@ -68,3 +68,17 @@ def test_the_compiled_path_serves_many_shapes_and_falls_back_when_it_fails(monke
     torch.testing.assert_close(K.matvec(w, x, "mulsum"), w @ x)
     assert K.matvec_path("cpu", torch.float32) == "linear"
     assert "using F.linear from now on" in capsys.readouterr().err
+
+
+def test_mulsum_compiles_a_models_weights_once_for_all_shapes_not_once_per_parameter():
+    # nn.Parameters keep static sizes under torch.compile: each weight shape would compile anew and, past the
+    # recompile limit, fall back to the eager w * x, a temporary as large as the weight (seen on an H100)
+    import torch._dynamo
+    from torch._dynamo.utils import counters
+    torch._dynamo.reset()
+    counters.clear()
+    x = torch.randn(64)
+    for n in (96, 128, 160, 192, 224, 256, 288, 320, 352, 384):
+        w = torch.nn.Parameter(torch.randn(n, 64))
+        torch.testing.assert_close(K.mulsum(w, x), w.detach() @ x, rtol=1e-4, atol=1e-4)
+    assert counters["stats"]["unique_graphs"] <= 3
