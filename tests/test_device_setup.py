@@ -31,7 +31,9 @@ def test_setup_is_offline_seeded_and_prints(capsys, monkeypatch):
     dev = book.setup(seed=3, measure=False)
     out = capsys.readouterr().out
     assert dev == torch.device("cpu")
-    assert "device: cpu" in out and "offline" in out and "no reference-GPU results" in out
+    assert "device: cpu" in out and "offline" in out
+    refs = book.reference.load_references()       # the shipped reference devices are named, or their absence said
+    assert all(r.device in out for r in refs) if refs else "no reference-GPU results" in out
     assert "Colab" in out                       # on the CPU it says how to get a GPU
     assert os.environ["HF_HUB_OFFLINE"] == "1"
     import huggingface_hub.constants as c
