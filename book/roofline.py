@@ -12,9 +12,10 @@ import torch
 from .hardware import GPUSpec, gpu
 from .models import Architecture, architecture, dtype_bytes
 
-__all__ = ["Roof", "Work", "dot", "matvec", "matmul", "linear", "decode_step", "compiled_decode_ms", "prefill", "extend", "critical_batch",
-           "mbu", "mfu", "measure_decode_step", "measure_extend", "linear_sweep", "measured_knee", "first_compute_bound",
-           "busy_while", "silence_native_stderr", "plot_roofline", "reference_suite"]
+__all__ = ["Roof", "Work", "dot", "matvec", "matmul", "linear", "decode_step", "compiled_decode_ms", "prefill",
+           "extend", "critical_batch", "mbu", "mfu", "measure_decode_step", "measure_extend", "linear_sweep",
+           "measured_knee", "first_compute_bound", "busy_while", "silence_native_stderr", "plot_roofline",
+           "reference_suite"]
 
 
 def _positive(name: str, value: float) -> None:
@@ -383,9 +384,9 @@ def plot_roofline(ax, roofs: list[Roof], points: list[tuple[str, float, float]] 
 
 
 def compiled_decode_ms(model, context: int = 64) -> float | None:
-    """Median ms of the B=1 decode step at `context` cached tokens with `Llama.compile_decode` (CUDA graphs on a GPU), or None
-    with a note when torch.compile fails here: what the same step costs once per-kernel launch overhead is gone
-    (chapter 02)."""
+    """Median ms of the B=1 decode step at `context` cached tokens with `Llama.compile_decode` (CUDA graphs on a
+    GPU), or None with a note when torch.compile fails here: what the same step costs once per-kernel launch
+    overhead is gone (chapter 02)."""
     try:
         model.cache = None
         model.setup_cache(1, context + 1)
@@ -393,7 +394,7 @@ def compiled_decode_ms(model, context: int = 64) -> float | None:
         if model._compiled is None:
             return None
         t = measure_decode_step(model, 1, context, warmup=5, repeats=20).median * 1e3
-        return None if model._compiled is None else t
+        return None if model._compiled is None else t     # None: the step fell back to eager while timed
     except Exception as e:  # noqa: BLE001 - a compiler failure costs this one value, not the recording
         print(f"note: the compiled decode step could not be timed here ({type(e).__name__}: {e})")
         return None

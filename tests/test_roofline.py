@@ -116,13 +116,18 @@ def test_plot_roofline_draws_roofs_and_points():
     plt.close(fig)
 
 
-def test_decode_step_timing_at_a_given_context_with_a_random_cache():
+def _tiny_llama():
+    """A one-layer Llama-shaped decoder with random weights, small enough to time in a unit test."""
     from book.llama import Llama
     from dataclasses import replace
     from book.models import architecture, build_random
     tiny = replace(architecture("Llama-2-7B"), name="tiny", n_layers=1, hidden=64, n_heads=4, n_kv_heads=2,
                    head_dim=16, intermediate=128, vocab=256)
-    model = Llama.from_hf(build_random(tiny, dtype="fp32"))
+    return Llama.from_hf(build_random(tiny, dtype="fp32"))
+
+
+def test_decode_step_timing_at_a_given_context_with_a_random_cache():
+    model = _tiny_llama()
     t = R.measure_decode_step(model, batch=3, context=20, warmup=1, repeats=3)
     assert t.median > 0 and model.cache.lengths.tolist() == [21, 21, 21]
     assert model.cache.k[:, :3, :, :20].abs().sum() > 0 and model.cache.k[:, :3, :, 21:].abs().sum() == 0
@@ -134,11 +139,7 @@ def test_decode_step_timing_at_a_given_context_with_a_random_cache():
 
 def test_compiled_decode_timing_falls_back_to_none_and_leaves_the_model_eager(monkeypatch, capsys):
     from book.llama import Llama
-    from dataclasses import replace
-    from book.models import architecture, build_random
-    tiny = replace(architecture("Llama-2-7B"), name="tiny", n_layers=1, hidden=64, n_heads=4, n_kv_heads=2,
-                   head_dim=16, intermediate=128, vocab=256)
-    model = Llama.from_hf(build_random(tiny, dtype="fp32"))
+    model = _tiny_llama()
 
     def no_compiler(self, mode=None, bucket=None):      # compile_decode's own fallback: torch.compile unavailable
         self._compiled = None
@@ -224,11 +225,6 @@ def test_extend_is_a_decode_step_at_one_token_and_reads_the_weights_once():
 
 
 def test_extend_timing_with_a_random_cache():
-    from book.llama import Llama
-    from dataclasses import replace
-    from book.models import architecture, build_random
-    tiny = replace(architecture("Llama-2-7B"), name="tiny", n_layers=1, hidden=64, n_heads=4, n_kv_heads=2,
-                   head_dim=16, intermediate=128, vocab=256)
-    model = Llama.from_hf(build_random(tiny, dtype="fp32"))
+    model = _tiny_llama()
     t = R.measure_extend(model, tokens=4, batch=2, context=20, warmup=1, repeats=2)
     assert t.median > 0 and model.cache.lengths.tolist() == [24, 24]
