@@ -112,7 +112,9 @@ def bench_decode(model: str = "Llama-2-7B", *, layers: int | None = None, dtype:
     out(f"ceilings (measured once, {c.bytes_tested / 2**20:,.0f} MiB): read {read_bw / GB:.1f} GB/s "
         f"(+-{c.spread('read') / 2:.0%}), copy {copy_bw / GB:.1f} GB/s; matrix-vector ceiling {dtype} "
         f"{matvec_bw / GB:.1f} GB/s")
-    out(f"one row of {dtype}: {kernels.describe(dev, DTYPE_NAMES[dtype], c.matvec[dtype])}")
+    layer_rates = c.matvec_layer.get(dtype) or c.matvec[dtype]
+    out(f"one row of {dtype}: {kernels.describe(dev, DTYPE_NAMES[dtype], layer_rates)}")
+    ceiling_path = c.matvec_ceiling_path(dtype)
     big = _random_tensor(tested, dev)
     w_mv = random_tensor(max(1, tested // (4096 * book.embed.element_size())), 4096, device=dev,
                          dtype=DTYPE_NAMES[dtype])
@@ -160,7 +162,7 @@ def bench_decode(model: str = "Llama-2-7B", *, layers: int | None = None, dtype:
         book_tokens.append(state["tok"])
         bw_samples.append(big.numel() * big.element_size() / time_fn(big.sum, device=dev, warmup=0, repeats=1).median)
         mv_samples.append(w_mv.numel() * w_mv.element_size()
-                          / time_fn(lambda: kernels.matvec(w_mv, x_mv, mv_path), device=dev, warmup=0,
+                          / time_fn(lambda: kernels.matvec(w_mv, x_mv, ceiling_path), device=dev, warmup=0,
                                     repeats=1).median)
 
     def hook(ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:

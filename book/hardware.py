@@ -256,6 +256,7 @@ class Ceilings:
     samples: dict[str, tuple[float, ...]] = field(default_factory=dict)   # "read", "copy", "matmul <dtype>"
     matvec: dict[str, dict[str, float]] = field(default_factory=dict)     # dtype -> {path: bytes/s}
     matvec_failed: dict[str, dict[str, str]] = field(default_factory=dict)
+    matvec_layer: dict[str, dict[str, float]] = field(default_factory=dict)   # dtype -> {path: bytes/s}, 4096 rows
     measured_at: str = ""
     cache_file: str | None = None
     read_kernel: str = "sum"       # the kernel that read fastest: "sum", or a matrix-vector product
@@ -302,7 +303,14 @@ class Ceilings:
         return max(rates.values())
 
     def matvec_path(self, dtype: str) -> str:
-        """The fastest matrix-vector path measured for `dtype` (see book.kernels.PATHS) (chapter 02)."""
+        """The decoder's matrix-vector path for `dtype` (see book.kernels.PATHS): the fastest over layer-sized
+        matrices read one after another, as a decode step reads them; else the fastest over one large matrix
+        (chapter 02)."""
+        rates = self.matvec_layer.get(dtype) or self.matvec.get(dtype) or {"linear": 0.0}
+        return max(rates, key=rates.get)
+
+    def matvec_ceiling_path(self, dtype: str) -> str:
+        """The path that set the matrix-vector ceiling (one large matrix) for `dtype` (chapter 02)."""
         rates = self.matvec.get(dtype) or {"linear": 0.0}
         return max(rates, key=rates.get)
 
@@ -327,8 +335,12 @@ class Ceilings:
         if self.read_kernel != "sum":
             rows.append(("read bandwidth (sum)", f"{self.read_sum_bw / GB:,.1f} GB/s", spread("read"), "-"))
         for name in self.matvec:
-            rows.append((f"matrix-vector {name} ({self.matvec_path(name)})", f"{self.matvec_bw(name) / GB:,.1f} GB/s",
-                         "-", "-"))
+            rows.append((f"matrix-vector {name} ({self.matvec_ceiling_path(name)})",
+                         f"{self.matvec_bw(name) / GB:,.1f} GB/s", "-", "-"))
+            layer = self.matvec_layer.get(name)
+            if layer:
+                path = self.matvec_path(name)
+                rows.append((f"  4096-row layers ({path})", f"{layer[path] / GB:,.1f} GB/s", "-", "-"))
         w = max(len(r[0]) for r in rows)
         if ds:
             lines = [f"{'ceiling':<{w}}  {'measured':>15}  {'spread (n)':>10}  {'datasheet':>15}"]
@@ -351,7 +363,8 @@ class Ceilings:
         return {"device": self.device, "kind": self.kind, "read_bw": self.read_bw, "copy_bw": self.copy_bw,
                 "matmul": self.matmul, "bytes_tested": self.bytes_tested, "matmul_sizes": self.matmul_sizes,
                 "samples": {k: list(v) for k, v in self.samples.items()}, "matvec": self.matvec,
-                "matvec_failed": self.matvec_failed, "measured_at": self.measured_at, "read_kernel": self.read_kernel}
+                "matvec_failed": self.matvec_failed, "matvec_layer": self.matvec_layer,
+                "measured_at": self.measured_at, "read_kernel": self.read_kernel}
 
     @classmethod
     def from_json(cls, d: dict, cache_file: str | None = None) -> "Ceilings":
@@ -363,6 +376,7 @@ class Ceilings:
                    samples={k: tuple(v) for k, v in d.get("samples", {}).items()},
                    matvec={k: dict(v) for k, v in d.get("matvec", {}).items()},
                    matvec_failed={k: dict(v) for k, v in d.get("matvec_failed", {}).items()},
+                   matvec_layer={k: dict(v) for k, v in d.get("matvec_layer", {}).items()},
                    measured_at=d.get("measured_at", ""), cache_file=cache_file,
                    read_kernel=d.get("read_kernel", "sum"))
 
@@ -443,7 +457,7 @@ def measured_ceilings(device: torch.device | str | None = None, *, refresh: bool
             _CEILINGS[key] = c
             for name, rates in c.matvec.items():
                 if rates:
-                    kernels.set_matvec_path(dev, DTYPES[name], max(rates, key=rates.get))
+                    kernels.set_matvec_path(dev, DTYPES[name], c.matvec_path(name))
             return c
     nbytes = bandwidth_test_bytes(dev)
     x = _random_tensor(nbytes, dev)
@@ -475,13 +489,18 @@ def measured_ceilings(device: torch.device | str | None = None, *, refresh: bool
                  datasheet=datasheet_for(name) if dev.type == "cuda" else None,
                  samples={k: tuple(v) for k, v in samples.items()},
                  measured_at=datetime.now().strftime("%Y-%m-%d %H:%M"))
-    matvec, failed = {}, {}
+    matvec, failed, layer = {}, {}, {}
     for name in dict.fromkeys("fp32" if d == "tf32" else d for d in dtypes):
         if name in c.fallbacks:
             continue
-        r = kernels.measure_matvec(min(nbytes, 2 * 2**30), dev, DTYPES[name])
+        r = kernels.measure_matvec(min(nbytes, 2 * 2**30), dev, DTYPES[name], choose=False)
         matvec[name], failed[name] = dict(r), dict(r.failed)
-    c = replace(c, matvec=matvec, matvec_failed=failed)
+        # The decoder's choice is made on layer-sized matrices read in turn, as a decode step reads them (a kernel
+        # that wins on one huge matrix can lose on 4096 rows, where each call's fixed cost counts).
+        r = kernels.measure_matvec(min(nbytes, 2 * 2**30), dev, DTYPES[name], rows=4096,
+                                   paths=tuple(matvec[name]))
+        layer[name] = dict(r)
+    c = replace(c, matvec=matvec, matvec_failed=failed, matvec_layer=layer)
     # A matrix-vector product reads its matrix once too: when one streams faster than `sum`, the memory can deliver
     # at least that much, so it is the read bandwidth (and MBU, measured against it, stays at or below one).
     best = max(((r, f"matrix-vector {d}, {p}") for d, rates in matvec.items() for p, r in rates.items()),

@@ -111,28 +111,35 @@ class MatvecResult(dict):
 
 def measure_matvec(nbytes: int, device: torch.device | str | None = None, dtype: torch.dtype = torch.bfloat16, *,
                    repeats: int = 7, paths: tuple[str, ...] = tuple(PATHS), choose: bool = True,
-                   k: int = 4096) -> MatvecResult:
-    """Stream a random [N, k] matrix of about `nbytes` through each path once per repeat and return bytes/s per
-    path; a path that fails here (e.g. torch.compile without a C++ compiler) is left out with its reason, and
-    `choose=True` makes the fastest the decoder's path for this device and dtype (chapter 02)."""
+                   k: int = 4096, rows: int | None = None) -> MatvecResult:
+    """Stream about `nbytes` of random [N, k] weights through each path once per repeat and return bytes/s per
+    path (chapter 02). `rows=None`: one matrix of all the bytes (the matrix-vector *ceiling*); `rows=4096`: matrices
+    of [rows, k] one after another, as a decoder's layers are read, each call paying its own per-call cost (the
+    decoder's *choice*: on a GPU a generated kernel can win on one huge matrix and lose on a layer's). A path that
+    fails here (e.g. torch.compile without a C++ compiler) is left out with its reason, and `choose=True` makes the
+    fastest the decoder's path for this device and dtype."""
     from .hardware import random_tensor
     dev = as_device(device)
     if nbytes <= 0:
         raise ValueError(f"matrix size must be positive, got {nbytes} bytes")
-    n = max(1, nbytes // (k * torch.empty((), dtype=dtype).element_size()))
-    w = random_tensor(n, k, device=dev, dtype=dtype)
+    if rows is not None and rows < 1:
+        raise ValueError(f"rows per matrix must be at least 1, got {rows}")
+    per_row = k * torch.empty((), dtype=dtype).element_size()
+    n_total = max(1, nbytes // per_row)
+    n = n_total if rows is None else min(rows, n_total)
+    ws = [random_tensor(n, k, device=dev, dtype=dtype) for _ in range(max(1, n_total // n))]
     x = torch.randn(k, device=dev).to(dtype)
-    size = w.numel() * w.element_size()
+    size = sum(w.numel() * w.element_size() for w in ws)
     rates, failed = {}, {}
-    want = matvec(w, x, "linear").float()
+    want = matvec(ws[0], x, "linear").float()
     for path in paths:
         try:
-            run = (lambda: mulsum(w, x)) if path == "mulsum" else (lambda p=path: matvec(w, x, p))
-            got = run()    # also compiles, outside the timing; a failure here leaves the path out
+            one = (lambda w: mulsum(w, x)) if path == "mulsum" else (lambda w, p=path: matvec(w, x, p))
+            got = one(ws[0])    # also compiles, outside the timing; a failure here leaves the path out
             err = (got.float() - want).abs().max() / want.abs().max().clamp_min(1e-30)
             if not err < 2e-2:
                 raise RuntimeError(f"wrong result (relative error {float(err):.1e})")
-            t = time_fn(run, device=dev, warmup=1, repeats=repeats, number=None)
+            t = time_fn(lambda: [one(w) for w in ws], device=dev, warmup=1, repeats=repeats, number=None)
             rates[path] = size / t.median
         except Exception as e:   # noqa: BLE001 - any failure means "not available on this device"
             failed[path] = f"{type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''}"
@@ -155,4 +162,4 @@ def describe(device: torch.device | str, dtype: torch.dtype, rates: dict[str, fl
     if not rates:
         return f"{PATHS[path]}: nothing measured yet on this device (the plain default)"
     others = ", ".join(f"{p} {r / 1e9:.1f}" for p, r in sorted(rates.items(), key=lambda kv: -kv[1]))
-    return f"{PATHS[path]}: the fastest here, measured (GB/s: {others})"
+    return f"{PATHS[path]}: the fastest here over 4096-row layers, measured (GB/s: {others})"

@@ -73,7 +73,7 @@ def hf_continuous_unavailable() -> str | None:
         from transformers import ContinuousBatchingConfig
     except ImportError:
         return (f"transformers {version} has no ContinuousBatchingConfig: Hugging Face's continuous batching, as "
-                f"this book drives it, needs transformers 5.4 or newer (the book is tested with 5.23); "
+                f"this book drives it, needs a newer transformers (the book is tested with 5.23; 5.17 lacks fields it sets); "
                 f"pip install -U transformers")
     fields = inspect.signature(ContinuousBatchingConfig).parameters
     missing = [f for f in _CB_FIELDS if f not in fields]

@@ -92,7 +92,7 @@ def ratio(a: float, b: float, *, a_name: str, b_name: str, what: str = "time", t
         return Verdict(f"{a_name} and {b_name} take the same {what} within {tol:.0%} (ratio {r:.2f}).", "agrees", vals)
     if r > 1:
         return Verdict(f"{a_name} takes {r:.2f}x the {what} of {b_name}.", "above", vals)
-    return Verdict(f"{a_name} takes {1 / r:.2f}x less {what} than {b_name}.", "below", vals)
+    return Verdict(f"{a_name} takes {r:.2f}x the {what} of {b_name} (1/{1 / r:.2f}).", "below", vals)
 
 
 def bound(mbu: float, mfu: float, *, what: str = "this step", at_least: float = 0.5,

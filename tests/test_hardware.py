@@ -2,6 +2,7 @@ import pytest
 import torch
 
 from book import hardware as hw
+from book import kernels as K
 
 
 def test_catalog_has_the_gpus_the_book_uses():
@@ -77,15 +78,33 @@ def test_measured_ceilings_are_cached_in_memory_and_in_the_build_file(monkeypatc
     assert c1.read_bw == max(c1.read_sum_bw, c1.matvec_bw("fp32"))
     assert (c1.read_kernel == "sum") == (c1.read_sum_bw >= c1.matvec_bw("fp32"))
     assert len(c1.samples["read"]) == 3 and len(c1.samples["matmul fp32"]) == 3 and c1.spread("read") >= 0
-    assert c1.matvec_bw("fp32") == max(c1.matvec["fp32"].values()) and c1.matvec_path("fp32") in c1.matvec["fp32"]
+    assert c1.matvec_bw("fp32") == max(c1.matvec["fp32"].values())
+    # the decoder's path is chosen over layer-sized matrices read in turn, and the kernel module uses it
+    layer = c1.matvec_layer["fp32"]
+    assert c1.matvec_path("fp32") == max(layer, key=layer.get) and set(layer) == set(c1.matvec["fp32"])
+    assert K.matvec_path("cpu", torch.float32) == c1.matvec_path("fp32")
     hw._CEILINGS.clear()                                     # a new kernel of the same build reads the file
     c2 = hw.measured_ceilings("cpu", dtypes=["fp32"])
     assert c2.read_bw == c1.read_bw and c2.matmul == c1.matmul and c2.cache_file == str(tmp_path / "ceilings.json")
-    assert c2.read_kernel == c1.read_kernel
+    assert c2.read_kernel == c1.read_kernel and c2.matvec_layer == c1.matvec_layer
     table = c2.table()
     for needle in ("read bandwidth", "matmul fp32", "none in the catalog", "matrix-vector fp32",
                    "spread (n)", "shared by every chapter"):
         assert needle in table, needle
+
+
+def test_the_decoders_path_follows_layer_sized_matrices_not_the_ceiling():
+    # as on an H100: a generated kernel streams one 2 GB matrix fastest but loses on 4096-row layers
+    c = hw.Ceilings(device="gpu-x", kind="cuda", read_bw=3e12, copy_bw=3e12, bytes_tested=1,
+                    matmul={"bf16": 7e14}, matmul_sizes={"bf16": 1},
+                    matvec={"bf16": {"mv": 2.8e12, "mulsum": 3.0e12}},
+                    matvec_layer={"bf16": {"mv": 0.89e12, "mulsum": 0.35e12}})
+    assert c.matvec_ceiling_path("bf16") == "mulsum" and c.matvec_bw("bf16") == 3.0e12
+    assert c.matvec_path("bf16") == "mv"
+    assert "matrix-vector bf16 (mulsum)" in c.table() and "4096-row layers (mv)" in c.table()
+    assert hw.Ceilings.from_json(c.to_json()).matvec_layer == c.matvec_layer
+    old = {k: v for k, v in c.to_json().items() if k != "matvec_layer"}   # a cache file from before the field
+    assert hw.Ceilings.from_json(old).matvec_path("bf16") == "mulsum"
 
 
 def test_a_low_precision_no_faster_than_fp32_is_labelled_a_fallback():

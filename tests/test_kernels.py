@@ -35,6 +35,18 @@ def test_measurement_chooses_the_fastest_and_the_decoder_uses_it(monkeypatch):
     assert "the fastest here" in K.describe("cpu", torch.float32, {"mv": 2e9, "linear": 1e9})
 
 
+def test_layer_sized_measurement_reads_several_matrices_in_turn(monkeypatch):
+    seen = []
+    real = K.matvec
+    monkeypatch.setattr(K, "matvec", lambda w, x, p: seen.append(w.data_ptr()) or real(w, x, p))
+    r = K.measure_matvec(4 * 2**20, "cpu", torch.float32, repeats=1, paths=("linear",), rows=64, k=1024,
+                         choose=False)
+    assert set(r) == {"linear"} and r["linear"] > 0
+    assert len(set(seen)) == 16          # 4 MiB of fp32 rows of 1024 in matrices of 64 rows: 16 distinct matrices
+    with pytest.raises(ValueError, match="rows per matrix"):
+        K.measure_matvec(2**20, "cpu", torch.float32, rows=0)
+
+
 def test_a_failing_path_is_left_out_with_its_reason(monkeypatch, capsys):
     def broken(*a, **k):
         raise RuntimeError("no C++ compiler (forced by the test)")

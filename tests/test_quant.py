@@ -41,6 +41,29 @@ def test_compare_linear_prints_every_precision_and_batch():
     assert all(r[4] != "-" for r in rows)               # every row has its prediction (time and unit: 2 fields)
 
 
+def test_int8_times_each_kernel_and_keeps_the_fastest(monkeypatch):
+    w = torch.randn(128, 256)
+    layer = quant.quantize(w, "int8")
+    x = torch.randn(3, 256).to(torch.bfloat16)
+    assert set(layer.kernels) == {"pack", "dequant"}
+    torch.testing.assert_close(layer.kernels["dequant"](x).float(), layer.kernels["pack"](x).float(),
+                               rtol=2e-2, atol=2e-2)
+    # a packed kernel that fails on this device (as a GPU might): the dequantized product still gives the row
+    monkeypatch.setattr(torch, "_weight_int8pack_mm", lambda *a: (_ for _ in ()).throw(RuntimeError("no kernel")))
+    results = []
+    lines = quant.compare_linear(256, 512, batches=(1,), device="cpu", precisions=("bf16", "int8"), repeats=1,
+                                 results=results)
+    assert "note: int8 kernel pack failed on this device (RuntimeError: no kernel); left out" in lines
+    assert {r["precision"] for r in results} == {"bf16", "int8"}
+    assert not any(line.startswith("int8 kernels at") for line in lines)    # one kernel left: nothing to choose
+
+
+def test_compare_linear_names_the_int8_kernel_it_kept():
+    lines = quant.compare_linear(256, 512, batches=(1,), device="cpu", precisions=("int8",), repeats=1)
+    kept = [line for line in lines if line.startswith("int8 kernels at B=1:")]
+    assert len(kept) == 1 and "pack" in kept[0] and "dequant" in kept[0] and "is kept" in kept[0]
+
+
 def test_compare_linear_predicts_each_compute_precision_on_its_own_roof():
     slow_fp32, fast_bf16 = Roof("fp32", 1e10, 1e9), Roof("bf16", 1e10, 1e12)
     lines = quant.compare_linear(256, 512, batches=(64,), device="cpu", precisions=("fp32", "bf16"),
