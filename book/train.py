@@ -2,6 +2,7 @@
 
     python -m book.train all              # tokenizer, draft, target, distilled draft, export, loss figure (resumable)
     python -m book.train coder-draft-distilled     # only the distilled draft, from the shipped draft and target
+    python -m book.train coder-diffusion  # chapter 06: the masked-diffusion model (coder's shape and budget)
     python -m book.train target --steps 50 --out /tmp/run   # a short run somewhere else
 
 Everything is read from the running interpreter's standard library, so no download is needed. Checkpoints go
@@ -27,7 +28,7 @@ from .device import device_name
 
 __all__ = ["Corpus", "ModelSpec", "TrainConfig", "SPECS", "CONFIGS", "DISTILLED", "WEIGHTS", "distill_loss",
            "load_corpus", "is_test_path", "split_of", "train_tokenizer", "encode", "token_byte_lengths",
-           "llama_config", "lr_at", "evaluate", "train", "portable_tokenizer_config", "export", "write_manifest",
+           "llama_config", "diffusion_config", "lr_at", "evaluate", "train", "portable_tokenizer_config", "export", "write_manifest",
            "plot_loss", "sha256"]
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -144,6 +145,7 @@ class ModelSpec:
     kv_heads: int
     ffn: int
     context: int = 512
+    kind: str = "causal"            # "causal": a Llama (transformers); "diffusion": book.diffusion's masked model
 
     def flops_per_token(self, vocab: int) -> int:
         """Multiply-adds x 2 of one decode step at short context: every weight once, the LM head included."""
@@ -156,6 +158,8 @@ SPECS = {
     "coder-draft": ModelSpec("coder-draft", hidden=128, layers=2, heads=2, kv_heads=2, ffn=384),
 }
 SPECS["coder-draft-distilled"] = dataclasses.replace(SPECS["coder-draft"], name="coder-draft-distilled")
+# Chapter 06's masked-diffusion model: coder's shape and training budget, bidirectional, trained to unmask.
+SPECS["coder-diffusion"] = dataclasses.replace(SPECS["coder"], name="coder-diffusion", kind="diffusion")
 # A distilled model: (the model its weights start from, the teacher whose next-token distributions it learns).
 DISTILLED = {"coder-draft-distilled": ("coder-draft", "coder")}
 
@@ -178,7 +182,8 @@ class TrainConfig:
 
 
 CONFIGS = {"coder": TrainConfig(steps=1200, lr=2e-3), "coder-draft": TrainConfig(lr=3e-3),
-           "coder-draft-distilled": TrainConfig(steps=600, lr=1e-3, warmup=20, eval_every=100)}
+           "coder-draft-distilled": TrainConfig(steps=600, lr=1e-3, warmup=20, eval_every=100),
+           "coder-diffusion": TrainConfig(steps=1200, lr=2e-3)}
 
 
 def llama_config(spec: ModelSpec, tokenizer):
@@ -190,6 +195,30 @@ def llama_config(spec: ModelSpec, tokenizer):
                        rms_norm_eps=1e-5, rope_theta=10000.0, tie_word_embeddings=True,
                        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
                        pad_token_id=tokenizer.pad_token_id)
+
+
+def diffusion_config(spec: ModelSpec, tokenizer):
+    """The book.diffusion config for a spec (chapter 06)."""
+    from .diffusion import DiffusionConfig
+    if spec.kv_heads != spec.heads:
+        raise ValueError(f"{spec.name}: the masked-diffusion model has no grouped-query attention")
+    return DiffusionConfig(vocab=len(tokenizer), hidden=spec.hidden, layers=spec.layers, heads=spec.heads,
+                           ffn=spec.ffn, context=spec.context)
+
+
+def _evaluate(model, spec: ModelSpec, tokens: torch.Tensor, byte_lengths: torch.Tensor, seq: int,
+              max_windows: int | None = None) -> dict:
+    """`evaluate` for a causal model; for a diffusion model its validation bound (`book.diffusion.negative_elbo`),
+    in the same units (nats per token, bits per byte), marked as a bound."""
+    if spec.kind != "diffusion":
+        return evaluate(model, tokens, byte_lengths, seq, max_windows)
+    from .diffusion import negative_elbo
+    n = (len(tokens) - 1) // seq if max_windows is None else min(max_windows, (len(tokens) - 1) // seq)
+    nats = negative_elbo(model, tokens, seq, windows=n, samples=2 if max_windows else 4)
+    count = n * seq
+    n_bytes = int(byte_lengths[tokens[:count]].sum())
+    return {"loss": nats, "bits_per_byte": nats * count / math.log(2) / max(1, n_bytes), "tokens": count,
+            "bytes": n_bytes, "bound": "masked-diffusion negative ELBO (an upper bound on the NLL)"}
 
 
 def lr_at(step: int, cfg: TrainConfig) -> float:
@@ -270,7 +299,13 @@ def train(spec: ModelSpec, cfg: TrainConfig, tokenizer, train_tokens: torch.Tens
         raise ValueError(f"need more than {cfg.seq + 1} training tokens, got {len(train_tokens)}")
     device = as_device(device)
     torch.manual_seed(cfg.seed)
-    model = LlamaForCausalLM(llama_config(spec, tokenizer)).to(device)
+    if spec.kind == "diffusion":
+        from .diffusion import MaskedDiffusionLM, diffusion_loss
+        if teacher is not None:
+            raise ValueError("a masked-diffusion model is trained on the corpus, not distilled")
+        model = MaskedDiffusionLM(diffusion_config(spec, tokenizer)).to(device)
+    else:
+        model = LlamaForCausalLM(llama_config(spec, tokenizer)).to(device)
     if init is not None:
         model.load_state_dict(init)
     if teacher is not None:
@@ -284,7 +319,9 @@ def train(spec: ModelSpec, cfg: TrainConfig, tokenizer, train_tokens: torch.Tens
     log = {"model": spec.name, "spec": dataclasses.asdict(spec), "config": dataclasses.asdict(cfg),
            "params": sum(p.numel() for p in model.parameters()), "device": device_name(device),
            "torch": torch.__version__, "train": [], "val": [], "seconds": 0.0, "step": 0,
-           **({"objective": "distillation: KL(teacher || model) per token"} if teacher is not None else {})}
+           **({"objective": "distillation: KL(teacher || model) per token"} if teacher is not None else {}),
+           **({"objective": "masked diffusion: 1/t-weighted cross-entropy on tokens masked with probability t"}
+              if spec.kind == "diffusion" else {})}
     ckpt = ckpt_dir / "last.pt" if ckpt_dir else None
     if ckpt and resume and ckpt.exists():
         state = torch.load(ckpt, map_location=device, weights_only=False)
@@ -309,11 +346,16 @@ def train(spec: ModelSpec, cfg: TrainConfig, tokenizer, train_tokens: torch.Tens
         x = torch.stack([train_tokens[s:s + cfg.seq] for s in starts.tolist()]).to(device)
         y = torch.stack([train_tokens[s + 1:s + cfg.seq + 1] for s in starts.tolist()]).to(device)
         with _autocast(device):
-            logits = model(input_ids=x).logits
+            if spec.kind == "diffusion":
+                loss = diffusion_loss(model, x, gen)
+            else:
+                logits = model(input_ids=x).logits
             if teacher is not None:
                 with torch.no_grad():
                     teacher_logits = teacher(input_ids=x).logits
-        if teacher is None:
+        if spec.kind == "diffusion":
+            pass
+        elif teacher is None:
             loss = torch.nn.functional.cross_entropy(logits.float().flatten(0, 1), y.flatten())
         else:
             loss = distill_loss(logits, teacher_logits)
@@ -329,7 +371,7 @@ def train(spec: ModelSpec, cfg: TrainConfig, tokenizer, train_tokens: torch.Tens
             log["train"].append([log["step"], value])
             bar.set_postfix(loss=f"{running:.3f}")
         if log["step"] % cfg.eval_every == 0 or log["step"] == cfg.steps:
-            ev = evaluate(model, val_tokens, byte_lengths, cfg.seq, cfg.eval_windows)
+            ev = _evaluate(model, spec, val_tokens, byte_lengths, cfg.seq, cfg.eval_windows)
             log["val"].append([log["step"], ev["loss"], ev["bits_per_byte"]])
             bar.write(f"{spec.name} step {log['step']}: train {running:.3f}, val {ev['loss']:.3f} nats/token, "
                       f"{ev['bits_per_byte']:.3f} bits/byte")
@@ -417,12 +459,15 @@ def plot_loss(logs: dict[str, dict], path: Path | None = FIGURE):
 
 # --- the command line -------------------------------------------------------------------------------------------
 
-def _prepare(out: Path, fresh: bool, vocab: int):
+def _prepare(out: Path, fresh: bool, vocab: int, shipped: Path | None = None):
     corpus = load_corpus()
     tok_dir = out / "tokenizer"
+    if not (tok_dir / "tokenizer.json").exists() and shipped is not None and (shipped / "tokenizer.json").exists():
+        tok_dir = shipped          # train one model beside the shipped ones: with their tokenizer
     if (tok_dir / "tokenizer.json").exists() and not fresh:
         from transformers import AutoTokenizer
         tokenizer = AutoTokenizer.from_pretrained(tok_dir)
+        print(f"tokenizer: {tok_dir}", flush=True)
     else:
         print(f"training a {vocab}-token BPE on {len(corpus.train)} files ...", flush=True)
         tokenizer = train_tokenizer(list(corpus.train.values()), vocab)
@@ -448,7 +493,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     ckpts = (args.out / "checkpoints") if args.out else CHECKPOINTS
     weights = (args.out / "weights") if args.out else WEIGHTS
-    corpus, tokenizer, train_tokens, val_tokens = _prepare(ckpts, args.fresh, args.vocab)
+    corpus, tokenizer, train_tokens, val_tokens = _prepare(ckpts, args.fresh, args.vocab,
+                                                           None if args.what == "all" else weights / "coder")
     if args.what == "tokenizer":
         return 0
     names = list(SPECS) if args.what == "all" else [args.what]
@@ -469,11 +515,15 @@ def main(argv: list[str] | None = None) -> int:
                            resume=not args.fresh, device=args.device, init=init, teacher=teacher)
         if name in DISTILLED:
             log["distilled"] = {"from_weights_of": DISTILLED[name][0], "teacher": DISTILLED[name][1]}
-        evals[name] = evaluate(model, val_tokens, byte_lengths, cfg.seq)
+        evals[name] = _evaluate(model, SPECS[name], val_tokens, byte_lengths, cfg.seq)
         print(f"{name}: {log['params']:,} parameters, {log['step']} steps in {log['seconds'] / 60:.1f} min; "
               f"validation {evals[name]['loss']:.3f} nats/token = {evals[name]['bits_per_byte']:.3f} bits/byte",
               flush=True)
-        export(model, tokenizer, weights / name)
+        if SPECS[name].kind == "diffusion":
+            from .diffusion import save
+            save(model, weights / name, extra={"tokenizer": "the shipped coder's (book/weights/coder)"})
+        else:
+            export(model, tokenizer, weights / name)
         logs[name] = log
     write_manifest(weights, corpus.summary(), logs, evals)
     if args.what == "all":

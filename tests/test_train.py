@@ -101,6 +101,24 @@ def test_a_few_training_steps_lower_the_validation_loss(tokenizer, streams):
     assert 0 < ev["bits_per_byte"] < 8 and ev["bytes"] > ev["tokens"]
 
 
+def test_a_few_diffusion_training_steps_lower_the_bound(tokenizer, streams, tmp_path):
+    from book import diffusion as D
+    train_tokens, val_tokens = streams
+    spec = dataclasses.replace(TINY, name="tiny-diffusion", kv_heads=2, kind="diffusion")
+    cfg = T.TrainConfig(steps=60, batch=8, seq=32, lr=1e-2, warmup=5, eval_every=30, eval_windows=8)
+    model, log = T.train(spec, cfg, tokenizer, train_tokens, val_tokens, tmp_path, progress=False)
+    assert isinstance(model, D.MaskedDiffusionLM) and log["objective"].startswith("masked diffusion")
+    first, last = log["train"][0][1], log["train"][-1][1]
+    assert last < first - 0.4, f"training loss went {first:.2f} -> {last:.2f}"
+    assert log["val"][-1][1] < math.log(len(tokenizer))     # below an untrained (uniform) guess
+    ev = T._evaluate(model, spec, val_tokens, T.token_byte_lengths(tokenizer), 32, 8)
+    assert 0 < ev["bits_per_byte"] < 8 and "bound" in ev
+    resumed, log2 = T.train(spec, cfg, tokenizer, train_tokens, val_tokens, tmp_path, progress=False)
+    assert log2["step"] == 60 and torch.equal(resumed.embed.weight, model.embed.weight)   # from its checkpoint
+    with pytest.raises(ValueError, match="grouped-query"):
+        T.diffusion_config(TINY, tokenizer)
+
+
 def test_training_resumes_exactly_where_it_stopped(tokenizer, streams, tmp_path):
     train_tokens, val_tokens = streams
     cfg = T.TrainConfig(steps=12, batch=4, seq=16, warmup=2, eval_every=6, eval_windows=4, ckpt_every=100)
