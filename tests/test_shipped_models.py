@@ -23,8 +23,9 @@ def test_every_shipped_file_matches_its_checksum_and_nothing_is_unlisted():
 def test_the_weights_fit_the_budget_and_are_half_precision():
     from safetensors import safe_open
     total = sum(e["bytes"] for e in MANIFEST["files"].values())
-    assert total <= 25e6, f"shipped models take {total / 1e6:.1f} MB, over the 25 MB budget"
-    for name in models.SHIPPED:
+    # 25 MB for the three autoregressive models, plus chapter 06's coder-sized diffusion model (appendix A says why)
+    assert total <= 46e6, f"shipped models take {total / 1e6:.1f} MB, over the 46 MB budget"
+    for name in (*models.SHIPPED, "coder-diffusion"):
         with safe_open(models.WEIGHTS / name / "model.safetensors", "pt") as f:
             assert {f.get_slice(k).get_dtype() for k in f.keys()} <= {"BF16", "F16"}
 
