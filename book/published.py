@@ -1,5 +1,5 @@
 """GPU measurements published by others, each with its source and setup, for chapters to draw beside the reader's own
-numbers, always labelled as published (chapters 01, 02, 04 and 05).
+numbers, always labelled as published (chapters 01, 02, 04, 05 and 06).
 
 The figures live in `published.json` next to this file, as their sources state them; the book measured none of them.
 A chapter asks for an entry by key and shows its value, its setup and where it comes from:

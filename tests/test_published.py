@@ -1,4 +1,4 @@
-"""Published GPU measurements (chapters 01, 02, 04, 05): the shipped file is valid, every entry is drawn by the chapters
+"""Published GPU measurements (chapters 01, 02, 04, 05, 06): the shipped file is valid, every entry is drawn by the chapters
 it names, its derived figures agree with the book's own counts, and a bad file is refused with a message."""
 import copy
 import json

@@ -69,3 +69,16 @@ def test_bad_requests_are_refused_with_what_was_wrong():
         TP.tp_decode("Llama-9", 2)
     with pytest.raises(ValueError, match="batch and context"):
         TP.tp_decode("Llama-2-7B", 2, batch=0)
+
+
+def test_gpt_fast_bandwidth_column_is_the_bytes_each_gpu_holds():
+    """gpt-fast copies the embedding and LM head on every GPU: its GB/s / tokens/s is the book's held bytes."""
+    from book import published
+    for model in ("Llama-2-7B", "Llama-2-70B"):
+        v = published.get(f"gpt-fast/tensor-parallel/{model}").values
+        for g in (1, 2, 4, 8):
+            if f"tokens_per_s_{g}gpu" not in v:
+                continue
+            per_gpu = v[f"achieved_bw_gbs_{g}gpu"] * GB / v[f"tokens_per_s_{g}gpu"]
+            held = TP.tp_decode(model, g).weight_bytes_held
+            assert abs(per_gpu / held - 1) < 0.03, (model, g, per_gpu / held)
