@@ -196,6 +196,25 @@ def supported_matmul_dtypes(device: torch.device | str | None = None) -> list[st
     return ["fp32", "bf16", "fp16"]
 
 
+_BF16_FAST: dict[str, bool] = {}
+
+
+def bf16_is_fast(device: torch.device | str | None = None) -> bool:
+    """Whether bf16 matrix products run at least FALLBACK_BELOW_FP32 x as fast as fp32 here, i.e. bf16 is not a slow
+    fallback: from this process's measured ceilings when there are some, else from one 512 x 512 product of each,
+    measured once (chapter 00). Training and evaluation autocast to bf16 only where this holds."""
+    dev = as_device(device)
+    key = str(dev)
+    if key not in _BF16_FAST:
+        known = [c for c in _CEILINGS.values() if c.kind == dev.type and "bf16" in c.matmul and "fp32" in c.matmul]
+        if known:
+            _BF16_FAST[key] = "bf16" not in known[0].fallbacks
+        else:
+            rate = {d: measure_matmul(d, dev, n=512, repeats=3)[0] for d in ("fp32", "bf16")}
+            _BF16_FAST[key] = rate["bf16"] >= FALLBACK_BELOW_FP32 * rate["fp32"]
+    return _BF16_FAST[key]
+
+
 def measure_matmul(dtype: str = "fp32", device: torch.device | str | None = None, *, n: int | None = None,
                    repeats: int = 5, target_s: float | None = None) -> tuple[float, int, Timing]:
     """Matmul rate in FLOP/s of an n x n @ n x n product (2n^3 FLOPs); returns (rate, n, timing) (chapter 00).
@@ -257,6 +276,7 @@ class Ceilings:
     matvec: dict[str, dict[str, float]] = field(default_factory=dict)     # dtype -> {path: bytes/s}
     matvec_failed: dict[str, dict[str, str]] = field(default_factory=dict)
     matvec_layer: dict[str, dict[str, float]] = field(default_factory=dict)   # dtype -> {path: bytes/s}, 4096 rows
+    few_rows: dict[str, dict[str, float]] = field(default_factory=dict)       # dtype -> {path: bytes/s}, 4-16 rows
     measured_at: str = ""
     cache_file: str | None = None
     read_kernel: str = "sum"       # the kernel that read fastest: "sum", or a matrix-vector product
@@ -309,6 +329,12 @@ class Ceilings:
         rates = self.matvec_layer.get(dtype) or self.matvec.get(dtype) or {"linear": 0.0}
         return max(rates, key=rates.get)
 
+    def rows_path(self, dtype: str) -> str:
+        """The decoder's path for 2-32 rows of `dtype` (see book.kernels.ROW_PATHS): the faster measured, else
+        F.linear (chapter 02)."""
+        rates = self.few_rows.get(dtype) or {"linear": 0.0}
+        return max(rates, key=rates.get)
+
     def matvec_ceiling_path(self, dtype: str) -> str:
         """The path that set the matrix-vector ceiling (one large matrix) for `dtype` (chapter 02)."""
         rates = self.matvec.get(dtype) or {"linear": 0.0}
@@ -341,6 +367,10 @@ class Ceilings:
             if layer:
                 path = self.matvec_path(name)
                 rows.append((f"  4096-row layers ({path})", f"{layer[path] / GB:,.1f} GB/s", "-", "-"))
+            few = self.few_rows.get(name)
+            if few:
+                path = self.rows_path(name)
+                rows.append((f"  4 and 16 rows ({path})", f"{few[path] / GB:,.1f} GB/s", "-", "-"))
         w = max(len(r[0]) for r in rows)
         if ds:
             lines = [f"{'ceiling':<{w}}  {'measured':>15}  {'spread (n)':>10}  {'datasheet':>15}"]
@@ -363,7 +393,7 @@ class Ceilings:
         return {"device": self.device, "kind": self.kind, "read_bw": self.read_bw, "copy_bw": self.copy_bw,
                 "matmul": self.matmul, "bytes_tested": self.bytes_tested, "matmul_sizes": self.matmul_sizes,
                 "samples": {k: list(v) for k, v in self.samples.items()}, "matvec": self.matvec,
-                "matvec_failed": self.matvec_failed, "matvec_layer": self.matvec_layer,
+                "matvec_failed": self.matvec_failed, "matvec_layer": self.matvec_layer, "few_rows": self.few_rows,
                 "measured_at": self.measured_at, "read_kernel": self.read_kernel}
 
     @classmethod
@@ -377,6 +407,7 @@ class Ceilings:
                    matvec={k: dict(v) for k, v in d.get("matvec", {}).items()},
                    matvec_failed={k: dict(v) for k, v in d.get("matvec_failed", {}).items()},
                    matvec_layer={k: dict(v) for k, v in d.get("matvec_layer", {}).items()},
+                   few_rows={k: dict(v) for k, v in d.get("few_rows", {}).items()},
                    measured_at=d.get("measured_at", ""), cache_file=cache_file,
                    read_kernel=d.get("read_kernel", "sum"))
 
@@ -458,6 +489,7 @@ def measured_ceilings(device: torch.device | str | None = None, *, refresh: bool
             for name, rates in c.matvec.items():
                 if rates:
                     kernels.set_matvec_path(dev, DTYPES[name], c.matvec_path(name))
+                    kernels.set_rows_path(dev, DTYPES[name], c.rows_path(name))
             return c
     nbytes = bandwidth_test_bytes(dev)
     x = _random_tensor(nbytes, dev)
@@ -489,7 +521,7 @@ def measured_ceilings(device: torch.device | str | None = None, *, refresh: bool
                  datasheet=datasheet_for(name) if dev.type == "cuda" else None,
                  samples={k: tuple(v) for k, v in samples.items()},
                  measured_at=datetime.now().strftime("%Y-%m-%d %H:%M"))
-    matvec, failed, layer = {}, {}, {}
+    matvec, failed, layer, few = {}, {}, {}, {}
     for name in dict.fromkeys("fp32" if d == "tf32" else d for d in dtypes):
         if name in c.fallbacks:
             continue
@@ -500,7 +532,9 @@ def measured_ceilings(device: torch.device | str | None = None, *, refresh: bool
         r = kernels.measure_matvec(min(nbytes, 2 * 2**30), dev, DTYPES[name], rows=4096,
                                    paths=tuple(matvec[name]))
         layer[name] = dict(r)
-    c = replace(c, matvec=matvec, matvec_failed=failed, matvec_layer=layer)
+        # and a few rows (a batched step, a verification pass) on layers of 4096 x 4096, read in turn
+        few[name] = kernels.measure_rows(dev, DTYPES[name], nbytes=min(nbytes, 2**30))
+    c = replace(c, matvec=matvec, matvec_failed=failed, matvec_layer=layer, few_rows=few)
     # A matrix-vector product reads its matrix once too: when one streams faster than `sum`, the memory can deliver
     # at least that much, so it is the read bandwidth (and MBU, measured against it, stays at or below one).
     best = max(((r, f"matrix-vector {d}, {p}") for d, rates in matvec.items() for p, r in rates.items()),

@@ -5,7 +5,9 @@ reads the weights. Plain PyTorch has several, and which one streams fastest depe
 `torch.mv` beats `F.linear` on one CPU and loses on another; a compiled multiply-and-sum wins on a third). The book
 never picks for one machine: `measure_matvec` times every path on the reader's device, once, over the same bytes as
 the bandwidth test, and the decoder (`book.llama.linear`) uses the fastest. The best of them is the device's
-*matrix-vector ceiling*, the most a decode step in plain PyTorch can hope to stream.
+*matrix-vector ceiling*, the most a decode step in plain PyTorch can hope to stream. A few rows at once (a batched
+step, a verification pass) get the same treatment: `measure_rows` times F.linear against the product with the
+weight on the left, which on some CPUs streams several times faster.
 """
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ from .device import as_device
 from .timing import time_fn
 
 __all__ = ["PATHS", "matvec", "measure_matvec", "matvec_path", "set_matvec_path", "mulsum", "MatvecResult",
-           "describe"]
+           "describe", "ROW_PATHS", "FEW_ROWS", "few_rows", "measure_rows", "rows_path", "set_rows_path"]
 
 #: The matrix-vector paths, with the one-line description the benchmark prints.
 PATHS: dict[str, str] = {
@@ -94,6 +96,67 @@ def matvec(w: torch.Tensor, x: torch.Tensor, path: str) -> torch.Tensor:
     if path == "linear":
         return F.linear(x[None], w)[0]
     raise ValueError(f"unknown matrix-vector path {path!r}; use one of {', '.join(PATHS)}")
+
+
+#: Ways to multiply a few rows of activations (a batched decode step, a verification pass) by a weight [N, K]. On
+#: some CPUs the row-major product with 2-32 rows streams the weight several times slower than with one row, while
+#: the same product with the weight as the left operand (many rows, few columns) does not.
+ROW_PATHS: dict[str, str] = {
+    "linear": "F.linear (x @ w.T)",
+    "wx": "(w @ x.T).T (the weight as the left operand)",
+}
+FEW_ROWS = 32                                             # rows up to this many use the measured choice
+_ROWS_CHOICE: dict[tuple[str, torch.dtype], str] = {}     # (device type, dtype) -> path; filled by measurement
+
+
+def rows_path(device: torch.device | str, dtype: torch.dtype) -> str:
+    """The path the decoder uses for 2..FEW_ROWS rows on this device and dtype: the measured choice, else 'linear'
+    (chapter 02)."""
+    return _ROWS_CHOICE.get((torch.device(device).type, dtype), "linear")
+
+
+def set_rows_path(device: torch.device | str, dtype: torch.dtype, path: str) -> None:
+    """Record the path to use for a few rows on this device and dtype (done by `measure_rows`) (chapter 02)."""
+    if path not in ROW_PATHS:
+        raise ValueError(f"unknown few-rows path {path!r}; use one of {', '.join(ROW_PATHS)}")
+    _ROWS_CHOICE[(torch.device(device).type, dtype)] = path
+
+
+def few_rows(w: torch.Tensor, x: torch.Tensor, path: str) -> torch.Tensor:
+    """x [R, K] @ w [N, K].T -> [R, N] (contiguous) by the named path (chapter 02)."""
+    if path == "wx":
+        return (w @ x.T).T.contiguous()
+    if path == "linear":
+        return F.linear(x, w)
+    raise ValueError(f"unknown few-rows path {path!r}; use one of {', '.join(ROW_PATHS)}")
+
+
+def measure_rows(device: torch.device | str | None = None, dtype: torch.dtype = torch.bfloat16, *,
+                 nbytes: int = 256 * 2**20, k: int = 4096, n: int = 4096, rows: tuple[int, ...] = (4, 16),
+                 repeats: int = 5, choose: bool = True) -> dict[str, float]:
+    """Bytes of weight per second each few-rows path streams: `rows` rows through about `nbytes` of [n, k] layers
+    read in turn, as a batched decode step reads them (the time summed over the row counts); `choose=True` makes the
+    fastest the decoder's path for this device and dtype (chapter 02)."""
+    from .hardware import random_tensor
+    dev = as_device(device)
+    if nbytes <= 0 or k < 1 or n < 1 or not rows or min(rows) < 1:
+        raise ValueError(f"need nbytes > 0, k, n >= 1 and rows >= 1; got {nbytes}, {k}, {n}, {rows}")
+    size = n * k * torch.empty((), dtype=dtype).element_size()
+    ws = [random_tensor(n, k, device=dev, dtype=dtype) for _ in range(max(1, nbytes // size))]
+    xs = [torch.randn(r, k, device=dev).to(dtype) for r in rows]
+    want = [F.linear(x, ws[0]).float() for x in xs]
+    rates = {}
+    for path in ROW_PATHS:
+        for x, ref in zip(xs, want):
+            err = (few_rows(ws[0], x, path).float() - ref).abs().max() / ref.abs().max().clamp_min(1e-30)
+            if not err < 2e-2:
+                raise RuntimeError(f"few-rows path {path} gave a wrong result (relative error {float(err):.1e})")
+        t = time_fn(lambda: [few_rows(w, x, path) for x in xs for w in ws], device=dev, warmup=1,
+                    repeats=repeats, number=None)
+        rates[path] = len(xs) * len(ws) * size / t.median
+    if choose:
+        set_rows_path(dev, dtype, max(rates, key=rates.get))
+    return rates
 
 
 class MatvecResult(dict):

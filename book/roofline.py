@@ -251,8 +251,11 @@ def measure_extend(model, tokens: int, batch: int, context: int, *, warmup: int 
 
 def linear_sweep(batches: list[int], d_in: int, d_out: int, dtype: str = "bf16", device=None, *,
                  repeats: int = 3) -> list[dict]:
-    """Time y = x W^T for a [d_out, d_in] weight at each batch size: the roofline, measured (chapter 02)."""
+    """Time y = x W^T for a [d_out, d_in] weight at each batch size, through the decoder's own product
+    (`book.llama.linear`, which picks the kernel measured fastest here for one row and for a few): the roofline,
+    measured (chapter 02)."""
     from .build import progress
+    from .llama import linear as decoder_linear
     from .device import as_device
     from .hardware import random_tensor
     from .models import _torch_dtype
@@ -262,7 +265,7 @@ def linear_sweep(batches: list[int], d_in: int, d_out: int, dtype: str = "bf16",
     rows = []
     for b in progress(batches, desc="matmul sweep"):
         x = random_tensor(_count("batch", b), d_in, device=dev, dtype=dt)
-        t = time_fn(lambda: torch.nn.functional.linear(x, w), device=dev, warmup=1, repeats=repeats)
+        t = time_fn(lambda: decoder_linear(x, w), device=dev, warmup=1, repeats=repeats)
         work = linear(b, d_in, d_out, dtype)
         rows.append({"batch": b, "seconds": t.median, "flops": work.flops, "bytes": work.bytes,
                      "intensity": work.intensity, "flop_rate": work.flops / t.median,

@@ -1,3 +1,5 @@
+from dataclasses import replace
+
 import pytest
 import torch
 
@@ -83,10 +85,15 @@ def test_measured_ceilings_are_cached_in_memory_and_in_the_build_file(monkeypatc
     layer = c1.matvec_layer["fp32"]
     assert c1.matvec_path("fp32") == max(layer, key=layer.get) and set(layer) == set(c1.matvec["fp32"])
     assert K.matvec_path("cpu", torch.float32) == c1.matvec_path("fp32")
+    few = c1.few_rows["fp32"]            # and the few-rows path, the same way
+    assert set(few) == set(K.ROW_PATHS) and c1.rows_path("fp32") == max(few, key=few.get)
+    assert K.rows_path("cpu", torch.float32) == c1.rows_path("fp32")
+    K.set_rows_path("cpu", torch.float32, "linear" if c1.rows_path("fp32") == "wx" else "wx")
     hw._CEILINGS.clear()                                     # a new kernel of the same build reads the file
     c2 = hw.measured_ceilings("cpu", dtypes=["fp32"])
     assert c2.read_bw == c1.read_bw and c2.matmul == c1.matmul and c2.cache_file == str(tmp_path / "ceilings.json")
-    assert c2.read_kernel == c1.read_kernel and c2.matvec_layer == c1.matvec_layer
+    assert c2.read_kernel == c1.read_kernel and c2.matvec_layer == c1.matvec_layer and c2.few_rows == c1.few_rows
+    assert K.rows_path("cpu", torch.float32) == c1.rows_path("fp32")   # restored from the file
     table = c2.table()
     for needle in ("read bandwidth", "matmul fp32", "none in the catalog", "matrix-vector fp32",
                    "spread (n)", "shared by every chapter"):
@@ -105,6 +112,10 @@ def test_the_decoders_path_follows_layer_sized_matrices_not_the_ceiling():
     assert hw.Ceilings.from_json(c.to_json()).matvec_layer == c.matvec_layer
     old = {k: v for k, v in c.to_json().items() if k != "matvec_layer"}   # a cache file from before the field
     assert hw.Ceilings.from_json(old).matvec_path("bf16") == "mulsum"
+    assert c.rows_path("bf16") == "linear"                               # nothing measured: the plain product
+    c = replace(c, few_rows={"bf16": {"linear": 1e11, "wx": 3e11}})
+    assert c.rows_path("bf16") == "wx" and "4 and 16 rows (wx)" in c.table()
+    assert hw.Ceilings.from_json(c.to_json()).few_rows == c.few_rows
 
 
 def test_a_low_precision_no_faster_than_fp32_is_labelled_a_fallback():
@@ -121,3 +132,19 @@ def test_ceilings_file_can_be_switched_off(monkeypatch):
     assert hw.ceilings_file() is None
     monkeypatch.delenv("BOOK_CEILINGS")
     assert hw.ceilings_file().name == "ceilings.json"
+
+
+def test_bf16_is_fast_only_when_it_beats_fp32_by_the_fallback_margin(monkeypatch):
+    monkeypatch.setattr(hw, "_BF16_FAST", {})
+    monkeypatch.setattr(hw, "_CEILINGS", {})
+    rates = {"fp32": 1e11, "bf16": 1e9}                  # an AVX2-only CPU: bf16 is a slow fallback
+    monkeypatch.setattr(hw, "measure_matmul", lambda d, dev, n, repeats: (rates[d], n, None))
+    assert hw.bf16_is_fast("cpu") is False
+    rates["bf16"] = 5e11                                 # measured once per device and process
+    assert hw.bf16_is_fast("cpu") is False
+    hw._BF16_FAST.clear()
+    assert hw.bf16_is_fast("cpu") is True
+    hw._BF16_FAST.clear()                                # measured ceilings, when there are some, decide
+    hw._CEILINGS["k"] = hw.Ceilings(device="cpu-x", kind="cpu", read_bw=1e10, copy_bw=1e10, bytes_tested=1,
+                                    matmul={"fp32": 1e11, "bf16": 1.1e11}, matmul_sizes={"fp32": 1, "bf16": 1})
+    assert hw.bf16_is_fast("cpu") is False

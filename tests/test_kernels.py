@@ -9,10 +9,12 @@ from book.llama import linear
 
 @pytest.fixture(autouse=True)
 def _clean_choice():
-    saved = dict(K._CHOICE)
+    saved, saved_rows = dict(K._CHOICE), dict(K._ROWS_CHOICE)
     yield
     K._CHOICE.clear()
     K._CHOICE.update(saved)
+    K._ROWS_CHOICE.clear()
+    K._ROWS_CHOICE.update(saved_rows)
 
 
 @pytest.mark.parametrize("path", ["linear", "mv", "mulsum"])
@@ -94,3 +96,30 @@ def test_mulsum_compiles_a_models_weights_once_for_all_shapes_not_once_per_param
         w = torch.nn.Parameter(torch.randn(n, 64))
         torch.testing.assert_close(K.mulsum(w, x), w.detach() @ x, rtol=1e-4, atol=1e-4)
     assert counters["stats"]["unique_graphs"] <= 3
+
+
+@pytest.mark.parametrize("path", ["linear", "wx"])
+def test_every_few_rows_path_computes_x_times_w_transposed(path):
+    w, x = torch.randn(64, 32), torch.randn(5, 32)
+    y = K.few_rows(w, x, path)
+    assert y.is_contiguous() and y.shape == (5, 64)
+    torch.testing.assert_close(y, x @ w.T, rtol=1e-4, atol=1e-4)
+
+
+def test_few_rows_measurement_chooses_the_faster_and_the_decoder_uses_it_for_2_to_32_rows(monkeypatch):
+    rates = K.measure_rows("cpu", torch.float32, nbytes=2 * 2**20, k=256, n=512, rows=(2, 4), repeats=2)
+    assert set(rates) == set(K.ROW_PATHS) and all(v > 0 for v in rates.values())
+    assert K.rows_path("cpu", torch.float32) == max(rates, key=rates.get)
+    K.set_rows_path("cpu", torch.float32, "wx")
+    calls = []
+    real = K.few_rows
+    monkeypatch.setattr(K, "few_rows", lambda w, x, p: calls.append((x.shape[0], p)) or real(w, x, p))
+    w = torch.randn(48, 16)
+    for rows in (1, 2, 32, 33):
+        x = torch.randn(1, rows, 16)
+        torch.testing.assert_close(linear(x, w), x @ w.T, rtol=1e-4, atol=1e-4)
+    assert calls == [(2, "wx"), (32, "wx")]          # one row: the matrix-vector path; 33: F.linear
+    with pytest.raises(ValueError, match="few-rows path"):
+        K.set_rows_path("cpu", torch.float32, "magic")
+    with pytest.raises(ValueError, match="few-rows path"):
+        K.few_rows(w, torch.randn(2, 16), "magic")
