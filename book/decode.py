@@ -208,10 +208,10 @@ def _random_tokens(model, batch: int, n: int) -> torch.Tensor:
 
 
 @torch.no_grad()
-def time_prefill(model, prompt_len: int, *, batch: int = 1, repeats: int = 5):
+def time_prefill(model, prompt_len: int, *, batch: int = 1, repeats: int = 5, warmup: int = 1):
     """Time the prefill of a random prompt: the book's decoder (`Llama.prefill`) or a transformers model (one
-    forward pass that fills a fresh DynamicCache and keeps only the last position's logits, as `generate` does)
-    (chapter 01)."""
+    forward pass that fills a fresh DynamicCache and keeps only the last position's logits, as `generate` does);
+    `warmup` untimed runs first (0 once an earlier length has warmed the kernels) (chapter 01)."""
     from .timing import time_fn
     x = _random_tokens(model, batch, prompt_len)
     dev = x.device
@@ -223,14 +223,15 @@ def time_prefill(model, prompt_len: int, *, batch: int = 1, repeats: int = 5):
         if model.cache is None or model.cache.max_len < prompt_len or model.cache.batch < batch:
             model.setup_cache(batch, prompt_len)
         fn = lambda: model.prefill(x)                                                          # noqa: E731
-    return time_fn(fn, device=dev, warmup=1, repeats=repeats)
+    return time_fn(fn, device=dev, warmup=warmup, repeats=repeats)
 
 
 @torch.no_grad()
 def time_decode_step(model, context: int, *, batch: int = 1, repeats: int = 7):
     """Time one decode step at `context` cached tokens: the book's decoder (random cache, see
-    `book.roofline.measure_decode_step`) or a transformers model (the cache of a real prefill, cropped back to
-    `context` before every step) (chapter 01)."""
+    `book.roofline.measure_decode_step`) or a transformers model (its own DynamicCache filled with `context` random
+    keys and values, as the book's is: a step costs the same whatever the cached values, and a real prefill of
+    thousands of tokens would cost a CPU minutes; cropped back to `context` before every step) (chapter 01)."""
     from .timing import time_fn
     if not _is_hf(model):
         from .roofline import measure_decode_step
@@ -239,8 +240,16 @@ def time_decode_step(model, context: int, *, batch: int = 1, repeats: int = 7):
     if context < 1:
         raise ValueError(f"a transformers decode step needs context >= 1, got {context}")
     x = _random_tokens(model, batch, context + 1)
-    cache = DynamicCache(config=model.config)
-    model(input_ids=x[:, :context], past_key_values=cache, use_cache=True, logits_to_keep=1)
+    c = model.config
+    kv_heads = getattr(c, "num_key_value_heads", None) or c.num_attention_heads
+    head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+    cache = DynamicCache(config=c)
+    p = next(model.parameters())
+    g = torch.Generator(device=p.device).manual_seed(0)
+    for layer in range(c.num_hidden_layers):
+        k, v = (torch.randn(batch, kv_heads, context, head_dim, generator=g, device=p.device, dtype=p.dtype)
+                for _ in range(2))
+        cache.update(k, v, layer)
 
     def step():
         extra = cache.get_seq_length() - context

@@ -150,6 +150,7 @@ def negative_elbo(model: MaskedDiffusionLM, tokens: torch.Tensor, seq: int, *, w
     n = min(windows, (len(tokens) - 1) // seq)
     if n < 1:
         raise ValueError(f"need more than {seq} tokens, got {len(tokens)}")
+    from .train import _autocast      # bf16 where it is fast here
     device = next(model.parameters()).device
     g = torch.Generator().manual_seed(seed)
     x = torch.stack([tokens[i * seq:(i + 1) * seq] for i in range(n)]).to(device)
@@ -158,7 +159,7 @@ def negative_elbo(model: MaskedDiffusionLM, tokens: torch.Tensor, seq: int, *, w
     total = 0.0
     for _ in range(samples):
         for i in range(0, n, 8):
-            with torch.autocast(device.type, dtype=torch.bfloat16):
+            with _autocast(device):
                 total += diffusion_loss(model, x[i:i + 8], g).item() * x[i:i + 8].shape[0]
     model.train(was)
     return total / (samples * n)

@@ -166,7 +166,7 @@ DISTILLED = {"coder-draft-distilled": ("coder-draft", "coder")}
 
 @dataclass
 class TrainConfig:
-    """How one model is trained: AdamW, linear warm-up then cosine decay, bf16 autocast on CPU and GPU."""
+    """How one model is trained: AdamW, linear warm-up then cosine decay, bf16 autocast where bf16 is fast."""
     steps: int = 1600
     batch: int = 16
     seq: int = 512
@@ -230,7 +230,9 @@ def lr_at(step: int, cfg: TrainConfig) -> float:
 
 
 def _autocast(device: torch.device):
-    return torch.autocast(device.type, dtype=torch.bfloat16)
+    """bf16 autocast where bf16 is fast on this device; plain fp32 where it is a slow fallback (an AVX2-only CPU)."""
+    from .hardware import bf16_is_fast
+    return torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16_is_fast(device))
 
 
 @torch.no_grad()
