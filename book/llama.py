@@ -50,10 +50,10 @@ def linear(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
         path = kernels.matvec_path(x.device, w.dtype)
         if path != "linear":
             return kernels.matvec(w, x.reshape(-1), path).view(*x.shape[:-1], w.shape[0])
-    elif rows <= kernels.FEW_ROWS:     # a batched decode step or a short verification pass: measured too
+    elif 2 <= rows <= kernels.FEW_ROWS:     # a batched decode step or a short verification pass: measured too
         path = kernels.rows_path(x.device, w.dtype)
         if path != "linear":
-            return kernels.few_rows(w, x.reshape(rows, -1), path).view(*x.shape[:-1], w.shape[0])
+            return kernels.few_rows(w, x.reshape(rows, x.shape[-1]), path).view(*x.shape[:-1], w.shape[0])
     return F.linear(x, w)
 
 

@@ -115,10 +115,10 @@ def test_few_rows_measurement_chooses_the_faster_and_the_decoder_uses_it_for_2_t
     real = K.few_rows
     monkeypatch.setattr(K, "few_rows", lambda w, x, p: calls.append((x.shape[0], p)) or real(w, x, p))
     w = torch.randn(48, 16)
-    for rows in (1, 2, 32, 33):
+    for rows in (0, 1, 2, 32, 33):
         x = torch.randn(1, rows, 16)
         torch.testing.assert_close(linear(x, w), x @ w.T, rtol=1e-4, atol=1e-4)
-    assert calls == [(2, "wx"), (32, "wx")]          # one row: the matrix-vector path; 33: F.linear
+    assert calls == [(2, "wx"), (32, "wx")]          # none or one row: not these paths; 33: F.linear
     with pytest.raises(ValueError, match="few-rows path"):
         K.set_rows_path("cpu", torch.float32, "magic")
     with pytest.raises(ValueError, match="few-rows path"):

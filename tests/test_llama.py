@@ -179,3 +179,19 @@ def test_compiled_decode_on_cuda_matches_eager():
     fast.compile_decode(bucket=32)
     out = [m.generate(x, 40) for m in (eager, fast)]
     assert torch.equal(out[0], out[1])
+
+
+@pytest.mark.parametrize("rows_path", ["linear", "wx"])
+def test_logits_match_hf_whichever_few_rows_path_is_chosen(rows_path, monkeypatch):
+    from book import kernels
+    monkeypatch.setattr(kernels, "_ROWS_CHOICE", {("cpu", torch.float32): rows_path})
+    shape = list(SHAPES)[0]
+    hf = hf_model(shape, torch.float32)
+    book = Llama.from_hf(hf)
+    x = tokens(3, 12)                                   # 3 x 1 rows a step, 3 x 8 in the prefill
+    with torch.no_grad():
+        ref = hf(x).logits
+    book.setup_cache(batch=3, max_len=32)
+    assert rel_err(book.prefill(x[:, :8]), ref[:, 7]) < TOL[torch.float32]
+    for t in range(8, 12):
+        assert rel_err(book.decode_step(x[:, t]), ref[:, t]) < TOL[torch.float32]
