@@ -277,7 +277,7 @@ def reference_suite(device=None, quick: bool = False) -> dict:
     """The chapter's recorded results: coder's TTFT and TPOT for one request, and prefill and decode-step times of
     the book's decoder with Llama-2-7B's shapes against the floor, bytes over the measured read bandwidth, in the
     precision measured fastest on the device (fp16 included, for GPUs without bf16); `quick`: 32 tokens, three
-    contexts, two layers, fewer repeats (chapter 01)."""
+    contexts, one layer, fewer repeats (chapter 01)."""
     from .device import as_device
     from .hardware import measured_ceilings
     from .llama import Llama
@@ -292,7 +292,7 @@ def reference_suite(device=None, quick: bool = False) -> dict:
     dtype = c.fastest(("bf16", "fp16", "fp32"))
     arch = architecture("Llama-2-7B")
     if quick or dev.type != "cuda":
-        arch = arch.with_layers(2 if quick else 4)
+        arch = arch.with_layers(1 if quick else 4)
     model = Llama.from_hf(build_random(arch, dtype=dtype, device=dev))
     ctxs = [16, 256, 1024] if quick else [16, 256, 1024, 2048]
     steps = [time_decode_step(model, n, repeats=3 if quick else 7).median for n in ctxs]

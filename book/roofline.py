@@ -407,7 +407,7 @@ def compiled_decode_ms(model, context: int = 64) -> float | None:
 
 def reference_suite(device=None, quick: bool = False) -> dict:
     """The chapter's recorded results: measured ceilings, the matmul sweep and its knee, and decode steps of the
-    book's decoder (Llama-2-7B shape, bf16) against the prediction; `quick`: batches up to 64, two layers, two
+    book's decoder (Llama-2-7B shape, bf16) against the prediction; `quick`: batches up to 64, one layer, two
     decode batches (chapter 02)."""
     from .device import as_device
     from .hardware import bandwidth_test_bytes, measured_ceilings
@@ -423,7 +423,7 @@ def reference_suite(device=None, quick: bool = False) -> dict:
     rows = linear_sweep(batches, d_in, d_out, dtype, dev)
     arch = architecture("Llama-2-7B")
     if quick or dev.type != "cuda":
-        arch = arch.with_layers(2 if quick else 4)
+        arch = arch.with_layers(1 if quick else 4)
     model = Llama.from_hf(build_random(arch, dtype=dtype, device=dev))
     dec_b = [1, 4] if quick else [1, 4, 16, 64, 256] if dev.type == "cuda" else [1, 4, 16, 64]
     measured = [measure_decode_step(model, b, 64, repeats=4 if quick else 10).median for b in dec_b]

@@ -43,6 +43,7 @@ def _num(x: float, name: str) -> float:
 
 
 def _fmt(x: float, unit: str) -> str:
+    unit = unit.strip()   # " steps" and "steps" print alike: one space before the unit
     if unit in ("ms", "s", "us"):
         return f"{x:,.3g} {unit}" if abs(x) < 100 else f"{x:,.0f} {unit}"
     if unit == "x":

@@ -72,3 +72,8 @@ def test_bound_names_the_bandwidth_it_was_measured_against():
     v = V.bound(0.9, 0.01, what="a step", against="the read bandwidth sampled beside the steps (23.0 GB/s)")
     assert v.outcome == "memory-bound" and "sampled beside the steps (23.0 GB/s)" in str(v)
     assert "the measured read bandwidth" in str(V.bound(0.9, 0.01))
+
+
+def test_a_unit_with_a_leading_space_prints_one_space():
+    v = V.compare(5.39, 2.53, what="an 8-token pass", unit=" steps", against="at batch 1")
+    assert "5.39 steps" in v.text and "  steps" not in v.text
