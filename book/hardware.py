@@ -277,6 +277,7 @@ class Ceilings:
     matvec_failed: dict[str, dict[str, str]] = field(default_factory=dict)
     matvec_layer: dict[str, dict[str, float]] = field(default_factory=dict)   # dtype -> {path: bytes/s}, 4096 rows
     few_rows: dict[str, dict[str, float]] = field(default_factory=dict)       # dtype -> {path: bytes/s}, 4-16 rows
+    matvec_call: dict[str, dict[str, float]] = field(default_factory=dict)    # dtype -> {path: fixed s a call}
     measured_at: str = ""
     cache_file: str | None = None
     read_kernel: str = "sum"       # the kernel that read fastest: "sum", or a matrix-vector product
@@ -329,6 +330,14 @@ class Ceilings:
         rates = self.matvec_layer.get(dtype) or self.matvec.get(dtype) or {"linear": 0.0}
         return max(rates, key=rates.get)
 
+    def matvec_costs(self, dtype: str) -> dict[str, tuple[float, float]] | None:
+        """Each one-row path's (fixed seconds a call, bytes/s on 4096-row layers), from which the decoder picks the
+        quickest path for each weight's size; None where the fixed costs were not measured (chapter 02)."""
+        fixed, rates = self.matvec_call.get(dtype), self.matvec_layer.get(dtype)
+        if not fixed or not rates:
+            return None
+        return {p: (fixed[p], rates[p]) for p in fixed if p in rates and rates[p] > 0} or None
+
     def rows_path(self, dtype: str) -> str:
         """The decoder's path for 2-32 rows of `dtype` (see book.kernels.ROW_PATHS): the faster measured, else
         F.linear (chapter 02)."""
@@ -367,6 +376,13 @@ class Ceilings:
             if layer:
                 path = self.matvec_path(name)
                 rows.append((f"  4096-row layers ({path})", f"{layer[path] / GB:,.1f} GB/s", "-", "-"))
+            costs = self.matvec_costs(name)
+            if costs:   # a small weight: the fixed cost a call counts, and another path can be quicker
+                from .kernels import cheapest
+                small = cheapest(costs, 2**20)
+                fixed, rate = costs[small]
+                rows.append((f"  1 MiB weights ({small})", f"{2**20 / (fixed + 2**20 / rate) / GB:,.1f} GB/s",
+                             "-", "-"))
             few = self.few_rows.get(name)
             if few:
                 path = self.rows_path(name)
@@ -394,6 +410,7 @@ class Ceilings:
                 "matmul": self.matmul, "bytes_tested": self.bytes_tested, "matmul_sizes": self.matmul_sizes,
                 "samples": {k: list(v) for k, v in self.samples.items()}, "matvec": self.matvec,
                 "matvec_failed": self.matvec_failed, "matvec_layer": self.matvec_layer, "few_rows": self.few_rows,
+                "matvec_call": self.matvec_call,
                 "measured_at": self.measured_at, "read_kernel": self.read_kernel}
 
     @classmethod
@@ -408,6 +425,7 @@ class Ceilings:
                    matvec_failed={k: dict(v) for k, v in d.get("matvec_failed", {}).items()},
                    matvec_layer={k: dict(v) for k, v in d.get("matvec_layer", {}).items()},
                    few_rows={k: dict(v) for k, v in d.get("few_rows", {}).items()},
+                   matvec_call={k: dict(v) for k, v in d.get("matvec_call", {}).items()},
                    measured_at=d.get("measured_at", ""), cache_file=cache_file,
                    read_kernel=d.get("read_kernel", "sum"))
 
@@ -489,6 +507,7 @@ def measured_ceilings(device: torch.device | str | None = None, *, refresh: bool
             for name, rates in c.matvec.items():
                 if rates:
                     kernels.set_matvec_path(dev, DTYPES[name], c.matvec_path(name))
+                    kernels.set_matvec_costs(dev, DTYPES[name], c.matvec_costs(name))
                     kernels.set_rows_path(dev, DTYPES[name], c.rows_path(name))
             return c
     nbytes = bandwidth_test_bytes(dev)
@@ -521,7 +540,7 @@ def measured_ceilings(device: torch.device | str | None = None, *, refresh: bool
                  datasheet=datasheet_for(name) if dev.type == "cuda" else None,
                  samples={k: tuple(v) for k, v in samples.items()},
                  measured_at=datetime.now().strftime("%Y-%m-%d %H:%M"))
-    matvec, failed, layer, few = {}, {}, {}, {}
+    matvec, failed, layer, few, call = {}, {}, {}, {}, {}
     for name in dict.fromkeys("fp32" if d == "tf32" else d for d in dtypes):
         if name in c.fallbacks:
             continue
@@ -532,9 +551,13 @@ def measured_ceilings(device: torch.device | str | None = None, *, refresh: bool
         r = kernels.measure_matvec(min(nbytes, 2 * 2**30), dev, DTYPES[name], rows=4096,
                                    paths=tuple(matvec[name]))
         layer[name] = dict(r)
+        # and the fixed cost a call, on small weights, so a small model's layers take the path quickest for them
+        call[name] = kernels.measure_call_cost(tuple(layer[name]), dev, DTYPES[name])
         # and a few rows (a batched step, a verification pass) on layers of 4096 x 4096, read in turn
         few[name] = kernels.measure_rows(dev, DTYPES[name], nbytes=min(nbytes, 2**30))
-    c = replace(c, matvec=matvec, matvec_failed=failed, matvec_layer=layer, few_rows=few)
+    c = replace(c, matvec=matvec, matvec_failed=failed, matvec_layer=layer, few_rows=few, matvec_call=call)
+    for name in matvec:
+        kernels.set_matvec_costs(dev, DTYPES[name], c.matvec_costs(name))
     # A matrix-vector product reads its matrix once too: when one streams faster than `sum`, the memory can deliver
     # at least that much, so it is the read bandwidth (and MBU, measured against it, stays at or below one).
     best = max(((r, f"matrix-vector {d}, {p}") for d, rates in matvec.items() for p, r in rates.items()),

@@ -5,9 +5,12 @@ reads the weights. Plain PyTorch has several, and which one streams fastest depe
 `torch.mv` beats `F.linear` on one CPU and loses on another; a compiled multiply-and-sum wins on a third). The book
 never picks for one machine: `measure_matvec` times every path on the reader's device, once, over the same bytes as
 the bandwidth test, and the decoder (`book.llama.linear`) uses the fastest. The best of them is the device's
-*matrix-vector ceiling*, the most a decode step in plain PyTorch can hope to stream. A few rows at once (a batched
-step, a verification pass) get the same treatment: `measure_rows` times F.linear against the product with the
-weight on the left, which on some CPUs streams several times faster.
+*matrix-vector ceiling*, the most a decode step in plain PyTorch can hope to stream. Each path also has a fixed cost
+per call (a compiled function checks its guards before it runs: about 0.1 ms on a CPU, more than reading a small
+model's layer), so each is described by a fixed cost and a streaming rate, and a weight takes the path that is
+quickest *for its size* (`matvec_costs`, `set_matvec_costs`). A few rows at once (a batched step, a verification
+pass) get the same treatment: `measure_rows` times F.linear against the product with the weight on the left, which
+on some CPUs streams several times faster.
 """
 from __future__ import annotations
 
@@ -22,7 +25,8 @@ from .device import as_device
 from .timing import time_fn
 
 __all__ = ["PATHS", "matvec", "measure_matvec", "matvec_path", "set_matvec_path", "mulsum", "MatvecResult",
-           "describe", "ROW_PATHS", "FEW_ROWS", "few_rows", "measure_rows", "rows_path", "set_rows_path"]
+           "describe", "ROW_PATHS", "FEW_ROWS", "few_rows", "measure_rows", "rows_path", "set_rows_path",
+           "measure_call_cost", "set_matvec_costs", "cheapest", "SMALL_ROWS", "SMALL_K"]
 
 #: The matrix-vector paths, with the one-line description the benchmark prints.
 PATHS: dict[str, str] = {
@@ -32,6 +36,8 @@ PATHS: dict[str, str] = {
 }
 
 _CHOICE: dict[tuple[str, torch.dtype], str] = {}          # (device type, dtype) -> path; filled by measurement
+#: (device type, dtype) -> {path: (fixed seconds a call, bytes/s streamed)}; filled by measurement
+_COSTS: dict[tuple[str, torch.dtype], dict[str, tuple[float, float]]] = {}
 _COMPILED: list[Callable] = []                           # the compiled multiply-and-sum, made on first use
 
 
@@ -64,17 +70,48 @@ def _env_path() -> str | None:
     return _ENV
 
 
-def matvec_path(device: torch.device | str, dtype: torch.dtype) -> str:
-    """The path the decoder uses for one row on this device and dtype: $BOOK_MATVEC, else the measured choice, else
-    'linear' (nothing measured yet) (chapter 02)."""
-    return _env_path() or _CHOICE.get((torch.device(device).type, dtype), "linear")
+def cheapest(costs: dict[str, tuple[float, float]], nbytes: float) -> str:
+    """The path with the least predicted time for a weight of `nbytes`: fixed cost + nbytes / rate (chapter 02)."""
+    return min(costs, key=lambda p: costs[p][0] + nbytes / costs[p][1])
+
+
+def matvec_path(device: torch.device | str, dtype: torch.dtype, nbytes: int | None = None) -> str:
+    """The path the decoder uses for one row on this device and dtype: $BOOK_MATVEC; else, for a weight of `nbytes`
+    where each path's cost was measured, the quickest for that size; else the choice measured on 4096-row layers;
+    else 'linear' (nothing measured yet) (chapter 02)."""
+    env = _env_path()
+    if env:
+        return env
+    key = (torch.device(device).type, dtype)
+    costs = _COSTS.get(key)
+    if costs and nbytes is not None:
+        return cheapest(costs, nbytes)
+    return _CHOICE.get(key, "linear")
+
+
+def set_matvec_costs(device: torch.device | str, dtype: torch.dtype,
+                     costs: dict[str, tuple[float, float]] | None) -> None:
+    """Record each path's (fixed seconds a call, bytes/s) on this device and dtype, so a weight takes the path that
+    is quickest for its size (done with the ceilings); None forgets them (chapter 02)."""
+    key = (torch.device(device).type, dtype)
+    if not costs:
+        _COSTS.pop(key, None)
+        return
+    for path, (fixed, rate) in costs.items():
+        if path not in PATHS:
+            raise ValueError(f"unknown matrix-vector path {path!r}; use one of {', '.join(PATHS)}")
+        if not fixed >= 0 or not rate > 0:
+            raise ValueError(f"path {path}: need a fixed cost >= 0 s and a rate > 0 bytes/s, got {fixed}, {rate}")
+    _COSTS[key] = dict(costs)
 
 
 def set_matvec_path(device: torch.device | str, dtype: torch.dtype, path: str) -> None:
-    """Record the path to use for one row on this device and dtype (done by `measure_matvec`) (chapter 02)."""
+    """Record the path to use for one row on this device and dtype (done by `measure_matvec`); it replaces any
+    per-size costs recorded before (chapter 02)."""
     if path not in PATHS:
         raise ValueError(f"unknown matrix-vector path {path!r}; use one of {', '.join(PATHS)}")
     _CHOICE[(torch.device(device).type, dtype)] = path
+    _COSTS.pop((torch.device(device).type, dtype), None)
 
 
 def matvec(w: torch.Tensor, x: torch.Tensor, path: str) -> torch.Tensor:
@@ -90,6 +127,9 @@ def matvec(w: torch.Tensor, x: torch.Tensor, path: str) -> torch.Tensor:
             key = (w.device.type, w.dtype)
             if _CHOICE.get(key) == "mulsum":
                 _CHOICE[key] = "linear"
+            rest = {p: c for p, c in _COSTS.pop(key, {}).items() if p != "mulsum"}
+            if rest:
+                _COSTS[key] = rest
             print(f"note: the compiled matrix-vector product failed for shape {tuple(w.shape)} "
                   f"({type(e).__name__}); using F.linear from now on", file=sys.stderr)
             return F.linear(x[None], w)[0]
@@ -217,12 +257,44 @@ def measure_matvec(nbytes: int, device: torch.device | str | None = None, dtype:
     return result
 
 
+#: The weight the fixed cost a call is measured on: [SMALL_ROWS, SMALL_K], small enough to stay in cache.
+SMALL_ROWS, SMALL_K = 64, 256
+
+
+def measure_call_cost(paths: tuple[str, ...] = tuple(PATHS), device: torch.device | str | None = None,
+                      dtype: torch.dtype = torch.bfloat16, *, repeats: int = 7) -> dict[str, float]:
+    """Each path's fixed cost a call, in seconds (chapter 02): the time a call takes on one small
+    [SMALL_ROWS, SMALL_K] weight that stays in cache, whose bytes are read in well under a microsecond, so what is
+    left is the cost of calling the path (a compiled function checks its guards first). A path that fails here is
+    left out (`measure_matvec` reports why)."""
+    dev = as_device(device)
+    w = torch.randn(SMALL_ROWS, SMALL_K, device=dev).to(dtype)
+    x = torch.randn(SMALL_K, device=dev).to(dtype)
+    fixed = {}
+    for path in paths:
+        one = (lambda: mulsum(w, x)) if path == "mulsum" else (lambda p=path: matvec(w, x, p))
+        try:
+            fixed[path] = time_fn(one, device=dev, warmup=3, repeats=repeats, number=None, min_repeat_s=5e-3).median
+        except Exception:   # noqa: BLE001 - not available on this device
+            continue
+    return fixed
+
+
 def describe(device: torch.device | str, dtype: torch.dtype, rates: dict[str, float] | None = None) -> str:
-    """One line: which path the decoder uses for one row here, and why (chapter 02)."""
-    path = matvec_path(device, dtype)
+    """One line: which path the decoder uses for one row of a layer-sized weight here, and why; and, where the
+    fixed costs a call were measured, which path small weights take (chapter 02)."""
+    layer = 4096 * 4096 * torch.empty((), dtype=dtype).element_size()
+    path = matvec_path(device, dtype, layer)
     if _env_path():
         return f"{PATHS[path]}: set by $BOOK_MATVEC"
     if not rates:
         return f"{PATHS[path]}: nothing measured yet on this device (the plain default)"
     others = ", ".join(f"{p} {r / 1e9:.1f}" for p, r in sorted(rates.items(), key=lambda kv: -kv[1]))
-    return f"{PATHS[path]}: the fastest here over 4096-row layers, measured (GB/s: {others})"
+    line = f"{PATHS[path]}: the fastest here over 4096-row layers, measured (GB/s: {others})"
+    costs = _COSTS.get((torch.device(device).type, dtype))
+    if costs and len(costs) > 1:
+        fixed = ", ".join(f"{p} {c[0] * 1e6:.0f}" for p, c in costs.items())
+        small = cheapest(costs, 2**20)
+        line += (f"; fixed cost a call (us: {fixed}), so weights of 1 MiB take {small}" if small != path else
+                 f"; fixed cost a call (us: {fixed})")
+    return line

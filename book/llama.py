@@ -42,12 +42,13 @@ class RMSNorm(nn.Module):
 
 def linear(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     """x @ w.T. A single row (a batch-1 decode step) is a matrix-vector product and goes through the path measured
-    fastest for this device and dtype (`book.kernels`: F.linear, torch.mv or a compiled multiply-and-sum); a few rows
-    (a batched step, a verification pass) through the faster of F.linear and the product with the weight on the
-    left; the fastest differs from machine to machine, so it is measured, never assumed (chapter 02)."""
+    quickest for this device, dtype and weight size (`book.kernels`: F.linear, torch.mv or a compiled multiply-and-sum,
+    whose fixed cost a call pays off only on large weights); a few rows (a batched step, a verification pass) through
+    the faster of F.linear and the product with the weight on the left; the fastest differs from machine to machine,
+    so it is measured, never assumed (chapter 02)."""
     rows = x.numel() // x.shape[-1]
     if rows == 1:
-        path = kernels.matvec_path(x.device, w.dtype)
+        path = kernels.matvec_path(x.device, w.dtype, w.numel() * w.element_size())
         if path != "linear":
             return kernels.matvec(w, x.reshape(-1), path).view(*x.shape[:-1], w.shape[0])
     elif 2 <= rows <= kernels.FEW_ROWS:     # a batched decode step or a short verification pass: measured too

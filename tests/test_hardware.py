@@ -94,6 +94,10 @@ def test_measured_ceilings_are_cached_in_memory_and_in_the_build_file(monkeypatc
     assert c2.read_bw == c1.read_bw and c2.matmul == c1.matmul and c2.cache_file == str(tmp_path / "ceilings.json")
     assert c2.read_kernel == c1.read_kernel and c2.matvec_layer == c1.matvec_layer and c2.few_rows == c1.few_rows
     assert K.rows_path("cpu", torch.float32) == c1.rows_path("fp32")   # restored from the file
+    costs = c2.matvec_costs("fp32")               # each path's fixed cost a call, with its layer rate
+    assert costs and set(costs) == set(layer) and all(f >= 0 and r > 0 for f, r in costs.values())
+    assert c2.matvec_call == c1.matvec_call and K._COSTS[("cpu", torch.float32)] == costs
+    assert K.matvec_path("cpu", torch.float32, 2**20) == K.cheapest(costs, 2**20)
     table = c2.table()
     for needle in ("read bandwidth", "matmul fp32", "none in the catalog", "matrix-vector fp32",
                    "spread (n)", "shared by every chapter"):
@@ -113,6 +117,11 @@ def test_the_decoders_path_follows_layer_sized_matrices_not_the_ceiling():
     old = {k: v for k, v in c.to_json().items() if k != "matvec_layer"}   # a cache file from before the field
     assert hw.Ceilings.from_json(old).matvec_path("bf16") == "mulsum"
     assert c.rows_path("bf16") == "linear"                               # nothing measured: the plain product
+    assert c.matvec_costs("bf16") is None                                # no fixed costs measured: one path
+    c = replace(c, matvec_call={"bf16": {"mv": 5e-6, "mulsum": 2e-5}})
+    assert c.matvec_costs("bf16") == {"mv": (5e-6, 0.89e12), "mulsum": (2e-5, 0.35e12)}
+    assert "1 MiB weights (mv)" in c.table()
+    assert hw.Ceilings.from_json(c.to_json()).matvec_call == c.matvec_call
     c = replace(c, few_rows={"bf16": {"linear": 1e11, "wx": 3e11}})
     assert c.rows_path("bf16") == "wx" and "4 and 16 rows (wx)" in c.table()
     assert hw.Ceilings.from_json(c.to_json()).few_rows == c.few_rows

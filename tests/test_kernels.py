@@ -9,8 +9,10 @@ from book.llama import linear
 
 @pytest.fixture(autouse=True)
 def _clean_choice():
-    saved, saved_rows = dict(K._CHOICE), dict(K._ROWS_CHOICE)
+    saved, saved_rows, saved_costs = dict(K._CHOICE), dict(K._ROWS_CHOICE), dict(K._COSTS)
     yield
+    K._COSTS.clear()
+    K._COSTS.update(saved_costs)
     K._CHOICE.clear()
     K._CHOICE.update(saved)
     K._ROWS_CHOICE.clear()
@@ -123,3 +125,35 @@ def test_few_rows_measurement_chooses_the_faster_and_the_decoder_uses_it_for_2_t
         K.set_rows_path("cpu", torch.float32, "magic")
     with pytest.raises(ValueError, match="few-rows path"):
         K.few_rows(w, torch.randn(2, 16), "magic")
+
+
+def test_each_weight_takes_the_path_quickest_for_its_size(monkeypatch):
+    # as on a 2-thread EPYC: the compiled path streams fastest but pays ~0.1 ms a call (its guards), so a small
+    # model's layers are quicker through F.linear and a 7B model's through the compiled product
+    costs = {"linear": (12e-6, 15e9), "mv": (10e-6, 16e9), "mulsum": (110e-6, 20e9)}
+    K.set_matvec_costs("cpu", torch.float32, costs)
+    assert K.matvec_path("cpu", torch.float32, 320 * 320 * 4) == "mv"
+    assert K.matvec_path("cpu", torch.float32, 4096 * 4096 * 4) == "mulsum"
+    assert K.cheapest(costs, 2**20) == "mv" and K.cheapest(costs, 2**30) == "mulsum"
+    assert "weights of 1 MiB take mv" in K.describe("cpu", torch.float32, {"mulsum": 2e10, "linear": 1.6e10})
+    calls = []
+    monkeypatch.setattr(K, "matvec", lambda w, x, p: calls.append(p) or torch.mv(w, x))
+    linear(torch.randn(1, 1, 320), torch.randn(320, 320))
+    linear(torch.randn(1, 1, 4096), torch.randn(4096, 4096))
+    assert calls == ["mv", "mulsum"]
+    K.set_matvec_path("cpu", torch.float32, "linear")        # an explicit choice replaces the per-size costs
+    assert K.matvec_path("cpu", torch.float32, 4096 * 4096 * 4) == "linear"
+    with pytest.raises(ValueError, match="fixed cost"):
+        K.set_matvec_costs("cpu", torch.float32, {"mv": (-1.0, 1e9)})
+    with pytest.raises(ValueError, match="unknown matrix-vector path"):
+        K.set_matvec_costs("cpu", torch.float32, {"gemv9": (0.0, 1e9)})
+
+
+def test_the_fixed_cost_a_call_is_measured_on_a_small_weight_and_a_failing_path_is_left_out(monkeypatch):
+    fixed = K.measure_call_cost(("linear", "mv"), "cpu", torch.float32, repeats=2)
+    assert set(fixed) == {"linear", "mv"} and all(0 < f < 0.1 for f in fixed.values())
+
+    def broken(*a, **k):
+        raise RuntimeError("no C++ compiler (forced by the test)")
+    monkeypatch.setattr(K, "mulsum", broken)
+    assert set(K.measure_call_cost(("linear", "mulsum"), "cpu", torch.float32, repeats=1)) == {"linear"}
