@@ -148,8 +148,8 @@ class MemoryBreakdown:
                "overhead": f"{self.overhead / self.n_gpus / GB:.1f} GB per GPU x {self.n_gpus}"}
         lines = [f"{self.model} on {self.n_gpus} x {self.gpu}, context {self.context:,}, batch {self.batch}"]
         for k, v in self.parts().items():
-            lines.append(f"  {k:<12} {v / GB:9.2f} GB   {why[k]}")
-        lines.append(f"  {'total':<12} {self.total / GB:9.2f} GB   of {self.capacity / GB:.1f} GB: "
+            lines.append(f"  {k:<11} {v / GB:8.2f} GB  {why[k]}")     # 85 characters: a book page's column
+        lines.append(f"  {'total':<11} {self.total / GB:8.2f} GB  of {self.capacity / GB:.1f} GB: "
                      + (f"fits, {self.free / GB:.2f} GB free" if self.fits else
                         f"does NOT fit, {-self.free / GB:.2f} GB over"))
         return "\n".join(lines)

@@ -399,7 +399,7 @@ class Engine:
         self.cache = _make_cache(model.arch, dtype=model.dtype, device=model.device, **sizes)
         self.model, self.kind, self.policy, self.chunk = model, cache, policy, chunk
         self.max_batch, self.max_len = max_batch, max_len
-        self.name = f"continuous ({cache} cache, {policy}" + (f", chunk {chunk}" if chunk else "")
+        self.name = f"continuous ({cache}, {policy}" + (f", chunk {chunk}" if chunk else "")
         self.drafts, self.gamma = None, gamma
         if draft is not None:
             if not isinstance(gamma, int) or gamma < 1:
