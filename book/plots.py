@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import matplotlib
 
-__all__ = ["apply_style", "BYTES_TICKS", "COLUMN_IN", "FULL_WIDTH_IN", "format_bytes"]
+__all__ = ["apply_style", "BYTES_TICKS", "COLUMN_IN", "FULL_WIDTH_IN", "format_bytes", "plain_log_ticks"]
 
 
 #: Widest figure, in inches at 100 dpi, that the book's text column (688 px) shows at full size; a cell tagged
@@ -29,6 +29,17 @@ def apply_style() -> None:
         import matplotlib.pyplot as _plt  # noqa: F401 - activates the inline backend, which would reset the formats
         shell.run_line_magic("config", "InlineBackend.figure_formats = ['retina']")
         set_matplotlib_formats("retina")
+
+
+def plain_log_ticks(ax, axis: str = "y") -> None:
+    """Label a logarithmic axis in plain numbers (200, not 2 x 10^2), the minor ticks only at 2 and 5 of each decade,
+    so a short log axis does not crowd its labels (chapter 00)."""
+    from matplotlib.ticker import FuncFormatter
+    if axis not in ("x", "y"):
+        raise ValueError(f"axis must be 'x' or 'y', got {axis!r}")
+    target = ax.yaxis if axis == "y" else ax.xaxis
+    target.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    target.set_minor_formatter(FuncFormatter(lambda v, _: f"{v:g}" if f"{v:.0e}"[0] in "25" else ""))
 
 
 def format_bytes(n: float) -> str:

@@ -1,0 +1,26 @@
+"""book.plots: the shared figure helpers."""
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import pytest  # noqa: E402
+
+from book.plots import format_bytes, plain_log_ticks  # noqa: E402
+
+
+def test_a_log_axis_is_labelled_in_plain_numbers_at_2_and_5_of_each_decade():
+    fig, ax = plt.subplots()
+    ax.plot([1, 2, 4, 8], [150, 300, 700, 1500])
+    ax.set_yscale("log")
+    plain_log_ticks(ax)
+    major, minor = ax.yaxis.get_major_formatter(), ax.yaxis.get_minor_formatter()
+    assert major(100, 0) == "100" and major(1000, 0) == "1000" and major(0.1, 0) == "0.1"
+    assert minor(200, 0) == "200" and minor(500, 0) == "500" and minor(0.05, 0) == "0.05"
+    assert minor(300, 0) == "" and minor(700, 0) == ""
+    with pytest.raises(ValueError, match="axis must be"):
+        plain_log_ticks(ax, "z")
+    plt.close(fig)
+
+
+def test_format_bytes():
+    assert format_bytes(512) == "512 B" and format_bytes(1.5 * 2**30) == "1.5 GiB"
