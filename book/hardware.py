@@ -378,10 +378,9 @@ class Ceilings:
                 rows.append((f"  4096-row layers ({path})", f"{layer[path] / GB:,.1f} GB/s", "-", "-"))
             costs = self.matvec_costs(name)
             if costs:   # a small weight: the fixed cost a call counts, and another path can be quicker
-                from .kernels import cheapest
+                from .kernels import call_time, cheapest
                 small = cheapest(costs, 2**20)
-                fixed, rate = costs[small]
-                rows.append((f"  1 MiB weights ({small})", f"{2**20 / (fixed + 2**20 / rate) / GB:,.1f} GB/s",
+                rows.append((f"  1 MiB weights ({small})", f"{2**20 / call_time(costs[small], 2**20) / GB:,.1f} GB/s",
                              "-", "-"))
             few = self.few_rows.get(name)
             if few:

@@ -6,7 +6,7 @@ reads the weights. Plain PyTorch has several, and which one streams fastest depe
 never picks for one machine: `measure_matvec` times every path on the reader's device, once, over the same bytes as
 the bandwidth test, and the decoder (`book.llama.linear`) uses the fastest. The best of them is the device's
 *matrix-vector ceiling*, the most a decode step in plain PyTorch can hope to stream. Each path also has a fixed cost
-per call (a compiled function checks its guards before it runs: about 0.1 ms on a CPU, more than reading a small
+per call (a compiled function checks its guards before it runs, which on some CPUs takes longer than reading a small
 model's layer), so each is described by a fixed cost and a streaming rate, and a weight takes the path that is
 quickest *for its size* (`matvec_costs`, `set_matvec_costs`). A few rows at once (a batched step, a verification
 pass) get the same treatment: `measure_rows` times F.linear against the product with the weight on the left, which
@@ -26,7 +26,7 @@ from .timing import time_fn
 
 __all__ = ["PATHS", "matvec", "measure_matvec", "matvec_path", "set_matvec_path", "mulsum", "MatvecResult",
            "describe", "ROW_PATHS", "FEW_ROWS", "few_rows", "measure_rows", "rows_path", "set_rows_path",
-           "measure_call_cost", "set_matvec_costs", "cheapest", "SMALL_ROWS", "SMALL_K"]
+           "measure_call_cost", "set_matvec_costs", "cheapest", "call_time", "SMALL_ROWS", "SMALL_K"]
 
 #: The matrix-vector paths, with the one-line description the benchmark prints.
 PATHS: dict[str, str] = {
@@ -38,6 +38,7 @@ PATHS: dict[str, str] = {
 _CHOICE: dict[tuple[str, torch.dtype], str] = {}          # (device type, dtype) -> path; filled by measurement
 #: (device type, dtype) -> {path: (fixed seconds a call, bytes/s streamed)}; filled by measurement
 _COSTS: dict[tuple[str, torch.dtype], dict[str, tuple[float, float]]] = {}
+_SIZED: dict[tuple[str, torch.dtype, int], str] = {}      # cheapest() per weight size, kept off the decode step
 _COMPILED: list[Callable] = []                           # the compiled multiply-and-sum, made on first use
 
 
@@ -70,9 +71,15 @@ def _env_path() -> str | None:
     return _ENV
 
 
+def call_time(cost: tuple[float, float], nbytes: float) -> float:
+    """Predicted seconds of one call on a weight of `nbytes`, from a path's (fixed seconds a call, bytes/s):
+    fixed cost + nbytes / rate (chapter 02)."""
+    return cost[0] + nbytes / cost[1]
+
+
 def cheapest(costs: dict[str, tuple[float, float]], nbytes: float) -> str:
-    """The path with the least predicted time for a weight of `nbytes`: fixed cost + nbytes / rate (chapter 02)."""
-    return min(costs, key=lambda p: costs[p][0] + nbytes / costs[p][1])
+    """The path with the least predicted time (`call_time`) for a weight of `nbytes` (chapter 02)."""
+    return min(costs, key=lambda p: call_time(costs[p], nbytes))
 
 
 def matvec_path(device: torch.device | str, dtype: torch.dtype, nbytes: int | None = None) -> str:
@@ -82,11 +89,16 @@ def matvec_path(device: torch.device | str, dtype: torch.dtype, nbytes: int | No
     env = _env_path()
     if env:
         return env
-    key = (torch.device(device).type, dtype)
-    costs = _COSTS.get(key)
-    if costs and nbytes is not None:
-        return cheapest(costs, nbytes)
-    return _CHOICE.get(key, "linear")
+    kind = device.type if isinstance(device, torch.device) else torch.device(device).type
+    costs = _COSTS.get((kind, dtype))
+    if costs and nbytes is not None:       # called for every weight of every step: the choice is kept per size
+        path = _SIZED.get((kind, dtype, nbytes))
+        if path is None:
+            path = cheapest(costs, nbytes)
+            if not torch.compiler.is_compiling():
+                _SIZED[(kind, dtype, nbytes)] = path
+        return path
+    return _CHOICE.get((kind, dtype), "linear")
 
 
 def set_matvec_costs(device: torch.device | str, dtype: torch.dtype,
@@ -94,6 +106,7 @@ def set_matvec_costs(device: torch.device | str, dtype: torch.dtype,
     """Record each path's (fixed seconds a call, bytes/s) on this device and dtype, so a weight takes the path that
     is quickest for its size (done with the ceilings); None forgets them (chapter 02)."""
     key = (torch.device(device).type, dtype)
+    _SIZED.clear()
     if not costs:
         _COSTS.pop(key, None)
         return
@@ -112,6 +125,7 @@ def set_matvec_path(device: torch.device | str, dtype: torch.dtype, path: str) -
         raise ValueError(f"unknown matrix-vector path {path!r}; use one of {', '.join(PATHS)}")
     _CHOICE[(torch.device(device).type, dtype)] = path
     _COSTS.pop((torch.device(device).type, dtype), None)
+    _SIZED.clear()
 
 
 def matvec(w: torch.Tensor, x: torch.Tensor, path: str) -> torch.Tensor:
@@ -130,6 +144,7 @@ def matvec(w: torch.Tensor, x: torch.Tensor, path: str) -> torch.Tensor:
             rest = {p: c for p, c in _COSTS.pop(key, {}).items() if p != "mulsum"}
             if rest:
                 _COSTS[key] = rest
+            _SIZED.clear()
             print(f"note: the compiled matrix-vector product failed for shape {tuple(w.shape)} "
                   f"({type(e).__name__}); using F.linear from now on", file=sys.stderr)
             return F.linear(x[None], w)[0]

@@ -13,6 +13,7 @@ def _clean_choice():
     yield
     K._COSTS.clear()
     K._COSTS.update(saved_costs)
+    K._SIZED.clear()                 # derived from the costs
     K._CHOICE.clear()
     K._CHOICE.update(saved)
     K._ROWS_CHOICE.clear()
