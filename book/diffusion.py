@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from torch import nn
 
 __all__ = ["DiffusionConfig", "MaskedDiffusionLM", "mask_tokens", "diffusion_loss", "unmask_schedule", "sample",
-           "negative_elbo", "save", "load", "WEIGHTS"]
+           "negative_elbo", "pass_work", "save", "load", "WEIGHTS"]
 
 WEIGHTS = Path(__file__).resolve().parent / "weights" / "coder-diffusion"
 
@@ -163,6 +163,25 @@ def negative_elbo(model: MaskedDiffusionLM, tokens: torch.Tensor, seq: int, *, w
                 total += diffusion_loss(model, x[i:i + 8], g).item() * x[i:i + 8].shape[0]
     model.train(was)
     return total / (samples * n)
+
+
+def pass_work(config: DiffusionConfig, tokens: int, batch: int = 1, dtype: str = "fp32"):
+    """FLOPs and bytes of one sampling pass over `tokens` positions (prompt + block) for each of `batch` sequences,
+    as `book.roofline` counts a prefill (chapter 06). FLOPs: 2 per matmul weight per position, plus attention over
+    every (query, key) pair, both directions (4 x hidden per pair per layer). Bytes: the weights once (the tied
+    embedding read as the LM head), plus each position's token in and its logits out."""
+    from .models import dtype_bytes
+    from .roofline import Work
+    if tokens < 1 or batch < 1:
+        raise ValueError(f"tokens and batch must be >= 1, got {tokens} and {batch}")
+    if tokens > config.context:
+        raise ValueError(f"{tokens} tokens is longer than the model's context {config.context}")
+    h = config.hidden
+    matmul = config.layers * (4 * h * h + 3 * h * config.ffn) + config.vocab * h
+    flops = batch * (2 * matmul * tokens + 4 * config.layers * h * tokens * tokens)
+    weights = matmul * dtype_bytes(dtype)
+    acts = batch * tokens * (h + config.vocab) * dtype_bytes(dtype)
+    return Work(flops, weights + acts, (("weights", weights), ("activations", acts)))
 
 
 def unmask_schedule(n: int, steps: int) -> list[int]:

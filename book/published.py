@@ -21,6 +21,7 @@ from typing import Any
 
 FORMAT = "book-published/1"
 PATH = Path(__file__).with_name("published.json")
+NOT_STATED = "not stated"               # a precision or hardware the source does not give
 _FIELDS = ("key", "who", "model", "precision", "hardware", "setup", "values", "source", "url", "chapters")
 
 __all__ = ["FORMAT", "PATH", "Published", "PublishedFormatError", "load", "get", "for_chapter", "caption"]
@@ -112,7 +113,9 @@ def caption(entries: list[Published], width: int = 80) -> str:
     """'Published, not measured by the book:' and one line per entry with its setup and source (chapter 01)."""
     lines = ["Published, not measured by the book:"]
     for p in entries:
-        lines.append(textwrap.fill(f"{p.who}: {p.model} ({p.precision}) on {p.hardware}; {p.setup}.", width,
+        what = p.model if p.precision == NOT_STATED else f"{p.model} ({p.precision})"
+        where = "hardware not stated" if p.hardware == NOT_STATED else f"on {p.hardware}"
+        lines.append(textwrap.fill(f"{p.who}: {what}, {where}; {p.setup}.", width,
                                    initial_indent="  ", subsequent_indent="    "))
         lines.append(textwrap.fill(f"source: {p.cite()}", width, initial_indent="    ", subsequent_indent="      ",
                                    break_long_words=False, break_on_hyphens=False))

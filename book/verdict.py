@@ -105,12 +105,14 @@ def bound(mbu: float, mfu: float, *, what: str = "this step", at_least: float = 
     if u < 0 or f < 0:
         raise ValueError(f"MBU and MFU must be >= 0, got {mbu}, {mfu}")
     vals = {"mbu": u, "mfu": f}
+    over = (" A share above 100% means this run went faster than the ceiling measured earlier: the device's speed "
+            "drifts (chapter 00 prints the ceilings' spread).") if max(u, f) > 1 else ""
     if u >= at_least and u >= f:
         return Verdict(f"{what} streams memory at {u:.0%} of {against} and uses {f:.1%} of the "
-                       f"compute roof: it is memory-bound.", "memory-bound", vals)
+                       f"compute roof: it is memory-bound.{over}", "memory-bound", vals)
     if f >= at_least and f > u:
         return Verdict(f"{what} uses {f:.0%} of the measured matmul rate and {u:.0%} of {against}: it is "
-                       f"compute-bound.", "compute-bound", vals)
+                       f"compute-bound.{over}", "compute-bound", vals)
     return Verdict(f"{what} reaches only {u:.0%} of {against} and {f:.1%} of the matmul rate: neither "
                    f"roof is reached, so time goes to something else (kernel launches, Python, kernels that "
                    f"stream below the memory's speed).", "neither", vals)

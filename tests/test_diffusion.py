@@ -105,3 +105,16 @@ def test_save_and_load_round_trip(tmp_path):
     torch.testing.assert_close(back(x), m(x))
     with pytest.raises(FileNotFoundError, match="book.train coder-diffusion"):
         D.load(tmp_path / "nothing")
+
+
+def test_pass_work_counts_a_bidirectional_pass_by_hand():
+    c = D.DiffusionConfig(vocab=10, hidden=4, layers=2, heads=2, ffn=6, context=8)
+    w = D.pass_work(c, tokens=3, batch=2, dtype="fp32")
+    matmul = 2 * (4 * 16 + 3 * 4 * 6) + 10 * 4                  # blocks + tied LM head = 312 weights
+    assert w.flops == 2 * (2 * matmul * 3 + 4 * 2 * 4 * 9)       # every (query, key) pair, both ways
+    assert w.bytes == matmul * 4 + 2 * 3 * (4 + 10) * 4
+    assert D.pass_work(c, 3, 2, "bf16").bytes == matmul * 2 + 2 * 3 * 14 * 2
+    with pytest.raises(ValueError, match="context 8"):
+        D.pass_work(c, 9)
+    with pytest.raises(ValueError, match=">= 1"):
+        D.pass_work(c, 0)

@@ -74,3 +74,10 @@ def test_a_bad_file_is_refused(tmp_path, break_it, msg):
     path.write_text(json.dumps(d))
     with pytest.raises(P.PublishedFormatError, match=msg):
         P.load(path)
+
+
+def test_caption_does_not_print_what_a_source_leaves_unstated():
+    text = P.caption([P.get("google-2025/Gemini-Diffusion"), P.get("gpt-fast/Llama-2-7B/bf16")], width=200)
+    assert "Gemini Diffusion, hardware not stated;" in text
+    assert "(not stated)" not in text and "on not stated" not in text
+    assert "Llama-2-7B (bf16), on A100 80GB;" in text

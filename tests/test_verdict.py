@@ -74,6 +74,13 @@ def test_bound_names_the_bandwidth_it_was_measured_against():
     assert "the measured read bandwidth" in str(V.bound(0.9, 0.01))
 
 
+def test_bound_explains_a_share_above_one():
+    over = V.bound(0.03, 1.18, what="a pass")
+    assert over.outcome == "compute-bound" and "118%" in over.text and "drifts" in over.text
+    assert "drifts" in V.bound(1.08, 0.01).text
+    assert "drifts" not in V.bound(0.9, 0.01).text and "drifts" not in V.bound(0.2, 0.8).text
+
+
 def test_a_unit_with_a_leading_space_prints_one_space():
     v = V.compare(5.39, 2.53, what="an 8-token pass", unit=" steps", against="at batch 1")
     assert "5.39 steps" in v.text and "  steps" not in v.text
