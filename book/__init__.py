@@ -29,7 +29,7 @@ __all__ = ["setup", "seed_everything", "set_online", "time_fn", "Timing", "slide
            "timing", "verdict"]
 
 COLAB_GPU_HINT = ("No GPU found: every number on this page is measured on the CPU. The story is\n"
-                  "the same, the numbers are smaller. For a GPU in Colab: Runtime > Change\n"
+                  "the same, the times are longer. For a GPU in Colab: Runtime > Change\n"
                   "runtime type > T4 GPU (or better), then Runtime > Run all.")
 
 
@@ -78,7 +78,8 @@ def setup(seed: int = 0, *, online: bool | None = None, device: str | None = Non
                                      "offline (HF_HUB_OFFLINE=1);\n  book.setup(online=True) allows downloads")]
     refs = reference.load_references()
     lines.append("numbers on this page: measured live on this device;\n"
-                 + (f"reference results recorded on {', '.join(sorted({r.device for r in refs}))}" if refs
+                 + (f"reference results recorded on {', '.join(sorted({r.device for r in refs}))}\n"
+                    "  (shown beside yours where a chapter has them)" if refs
                     else "no reference-GPU results are recorded yet"))
     print("\n".join(lines))
     if dev.type == "cpu":

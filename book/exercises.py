@@ -9,7 +9,7 @@ __all__ = ["check_number", "check_choice"]
 
 def _wrap(text: str) -> str:
     """Fold long feedback to the width of the book's output boxes."""
-    return textwrap.fill(text, width=88, subsequent_indent="  ")
+    return textwrap.fill(text, width=80, subsequent_indent="  ")
 
 
 def _fmt(x: float) -> str:

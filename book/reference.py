@@ -134,7 +134,7 @@ def describe(suite: str, *, kind: str = "cuda", directory: str | Path | None = N
     if ref is None:
         return ("No reference-GPU results have been recorded for this chapter yet:\n"
                 "every number on this page comes from the device that ran it.")
-    return f"Reference results beside yours: {ref.label()}."
+    return f"Reference results beside yours:\n{ref.label()}."
 
 
 def _resolve_suite(name: str) -> Callable[..., dict[str, Any]]:

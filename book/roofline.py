@@ -374,7 +374,8 @@ def plot_roofline(ax, roofs: list[Roof], points: list[tuple[str, float, float]] 
     styles = styles or ["-", "--", ":", "-."]
     for i, roof in enumerate(roofs):
         ys = [roof.attainable(x) for x in xs]
-        line, = ax.plot(xs, ys, styles[i % len(styles)], lw=1.6, label=f"{roof.name}: ridge {roof.ridge:,.0f}")
+        ridge = f"{roof.ridge:,.0f}" if roof.ridge >= 10 else f"{roof.ridge:.1f}"
+        line, = ax.plot(xs, ys, styles[i % len(styles)], lw=1.6, label=f"{roof.name}: ridge {ridge}")
         ax.axvline(roof.ridge, color=line.get_color(), lw=0.6, alpha=0.5)
     for name, x, y in points:
         ax.plot([x], [y], "o", ms=5)

@@ -148,7 +148,8 @@ class ModelSpec:
     kind: str = "causal"            # "causal": a Llama (transformers); "diffusion": book.diffusion's masked model
 
     def flops_per_token(self, vocab: int) -> int:
-        """Multiply-adds x 2 of one decode step at short context: every weight once, the LM head included."""
+        """Multiply-adds x 2 of one decode step at short context: every matrix weight once, the LM head included (the
+        norms' few weights left out)."""
         attn = self.hidden * self.hidden * 2 + 2 * self.hidden * (self.hidden // self.heads) * self.kv_heads
         return 2 * (self.layers * (attn + 3 * self.hidden * self.ffn) + vocab * self.hidden)
 
@@ -529,7 +530,8 @@ def main(argv: list[str] | None = None) -> int:
         logs[name] = log
     write_manifest(weights, corpus.summary(), logs, evals)
     if args.what == "all":
-        plot_loss({n: log for n, log in logs.items() if n not in DISTILLED},
+        plot_loss({n: log for n, log in logs.items()          # the autoregressive models trained from scratch
+                   if n not in DISTILLED and SPECS[n].kind != "diffusion"},
                   (args.out / "training_loss.png") if args.out else FIGURE)
     print(f"wrote {weights}" + (" and the loss curve" if args.what == "all" else ""), flush=True)
     return 0

@@ -47,7 +47,7 @@ def _fmt(x: float, unit: str) -> str:
     if unit in ("ms", "s", "us"):
         return f"{x:,.3g} {unit}" if abs(x) < 100 else f"{x:,.0f} {unit}"
     if unit == "x":
-        return f"x{x:,.2f}"
+        return f"{x:,.2f}x"
     if unit:
         return f"{x:,.3g} {unit}" if abs(x) < 1000 else f"{x:,.0f} {unit}"
     return f"{x:,.3g}" if abs(x) < 1000 else f"{x:,.0f}"

@@ -24,3 +24,10 @@ def test_check_choice(capsys):
     assert not check_choice("z", "b", options)
     assert "not an option" in capsys.readouterr().out
     assert not check_choice(None, "b", options)
+
+
+def test_feedback_fits_an_exercise_box(capsys):
+    long = {"a": "Decode is memory-bound, so its time follows the weight bytes, which int4 cuts to a quarter "
+                 "of bf16's, and so on for a while longer than one line."}
+    check_choice("a", "a", long)
+    assert all(len(line) <= 82 for line in capsys.readouterr().out.splitlines())

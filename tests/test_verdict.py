@@ -84,3 +84,7 @@ def test_bound_explains_a_share_above_one():
 def test_a_unit_with_a_leading_space_prints_one_space():
     v = V.compare(5.39, 2.53, what="an 8-token pass", unit=" steps", against="at batch 1")
     assert "5.39 steps" in v.text and "  steps" not in v.text
+
+
+def test_a_ratio_unit_prints_after_the_number_as_the_book_writes_it():
+    assert "measured 1.22x, predicted 1.28x" in V.compare(1.22, 1.28, what="speed-up", unit="x").text
