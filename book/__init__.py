@@ -28,7 +28,8 @@ __all__ = ["setup", "seed_everything", "set_online", "time_fn", "Timing", "slide
            "check_number", "check_choice", "pick_device", "synchronize", "device", "hardware", "kernels", "models",
            "timing", "verdict"]
 
-COLAB_GPU_HINT = ("No GPU found: every number on this page is measured on the CPU. The story is\n"
+COLAB_GPU_HINT = ("No GPU found: every measurement on this page runs on the CPU (GPU numbers\n"
+                  "beside them are labelled reference or published results). The story is\n"
                   "the same, the times are longer. For a GPU in Colab: Runtime > Change\n"
                   "runtime type > T4 GPU (or better), then Runtime > Run all.")
 

@@ -366,7 +366,8 @@ class Ceilings:
         for name, rate in self.matmul.items():
             sheet = f"{ds.tflops[name]:,.1f} TFLOP/s" if ds and name in ds.tflops else "-"
             label = f"matmul {name} (n={self.matmul_sizes[name]})" + (" *" if name in self.fallbacks else "")
-            rows.append((label, f"{rate / TFLOP:,.3f} TFLOP/s", spread(f"matmul {name}"), sheet))
+            shown = f"{rate / TFLOP:,.3f} TFLOP/s" if rate >= 0.01 * TFLOP else f"{rate / 1e9:,.2f} GFLOP/s"
+            rows.append((label, shown, spread(f"matmul {name}"), sheet))
         if self.read_kernel != "sum":
             rows.append(("read bandwidth (sum)", f"{self.read_sum_bw / GB:,.1f} GB/s", spread("read"), "-"))
         for name in self.matvec:
@@ -394,7 +395,7 @@ class Ceilings:
             lines = [f"{'ceiling':<{w}}  {'measured':>15}  {'spread (n)':>10}"]
             lines += [f"{a:<{w}}  {b:>15}  {c:>10}" for a, b, c, _ in rows]
         if self.fallbacks:
-            lines.append(f"* {', '.join(self.fallbacks)}: a slow fallback here (not 1.25x fp32); never chosen")
+            lines.append(f"* {', '.join(self.fallbacks)}: a slow fallback here (below 1.25x the fp32 rate); never chosen")
         lines.append(f"device: {self.device}; bandwidth tensors {self.bytes_tested / 2**20:,.0f} MiB")
         lines.append("spread: half the range of the (n) samples, taken in turn")
         lines.append(f"datasheet: {ds.name} ({ds.source})" if ds else "datasheet: none in the catalog for this device")

@@ -144,7 +144,8 @@ class MemoryBreakdown:
         why = {"weights": f"{a.n_params() / 1e9:.2f}B params x {dtype_bytes(self.weight_dtype):g} B ({self.weight_dtype})",
                "KV cache": f"2 x {a.n_layers} layers x {a.n_kv_heads} heads x {a.head_dim} x {self.context:,} tok "
                            f"x {self.batch} seq x {dtype_bytes(self.kv_dtype):g} B",
-               "activations": f"peak of one forward pass, {min(self.context, PREFILL_CHUNK):,}-token prefill chunk",
+               "activations": (f"peak of one forward pass, {min(self.context, PREFILL_CHUNK):,}-token prefill chunk"
+                               if self.activations else "given as 0: counted in the overhead"),
                "overhead": f"{self.overhead / self.n_gpus / GB:.1f} GB per GPU x {self.n_gpus}"}
         lines = [f"{self.model} on {self.n_gpus} x {self.gpu}, context {self.context:,}, batch {self.batch}"]
         for k, v in self.parts().items():

@@ -156,7 +156,7 @@ def _static_html(names: list[str], values: list[list], labels: list[list[str]], 
             + f'<script type="application/json" id="{uid}-data">{json.dumps(frames)}</script>'
             + f"<script>{script}</script>"
             + '<p style="font-size:.85em;color:#666">Static page: each position shows a result computed when '
-              "the book was built. Run the chapter to re-measure on your own device.</p>")
+              "the book was built. Run the chapter to recompute it on your own device.</p>")
 
 
 def slider(fn: Callable[..., Any], *, value: dict[str, Any] | None = None,

@@ -157,3 +157,10 @@ def test_bf16_is_fast_only_when_it_beats_fp32_by_the_fallback_margin(monkeypatch
     hw._CEILINGS["k"] = hw.Ceilings(device="cpu-x", kind="cpu", read_bw=1e10, copy_bw=1e10, bytes_tested=1,
                                     matmul={"fp32": 1e11, "bf16": 1.1e11}, matmul_sizes={"fp32": 1, "bf16": 1})
     assert hw.bf16_is_fast("cpu") is False
+
+
+def test_a_slow_rate_keeps_its_digits_in_gflops():
+    c = hw.Ceilings(device="cpu-x", kind="cpu", read_bw=1e10, copy_bw=1e10, bytes_tested=1,
+                    matmul={"fp32": 1.2e11, "bf16": 1.23e9}, matmul_sizes={"fp32": 1, "bf16": 1})
+    t = c.table()
+    assert "0.120 TFLOP/s" in t and "1.23 GFLOP/s" in t and "below 1.25x the fp32 rate" in t
