@@ -34,7 +34,10 @@ class RMSNorm(nn.Module):
         self.eps, self.weight = eps, _weight(dim, dtype=dtype, device=device)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Normalise the last dimension (chapter 01)."""
+        """Normalise the last dimension (chapter 01). In fp32 PyTorch's fused kernel computes the same numbers in one
+        call; in bf16 and fp16 the steps below round where Hugging Face's do."""
+        if x.dtype == torch.float32 and self.weight.dtype == torch.float32:
+            return F.rms_norm(x, self.weight.shape, self.weight, self.eps)
         x32 = x.float()
         x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
         return self.weight * x32.to(x.dtype)
@@ -84,9 +87,9 @@ class Block(nn.Module):
         """x [B,T,h] -> q [B,T,H,hd], k and v [B,T,KV,hd], RoPE applied to q and k (chapter 01)."""
         B, T, _ = x.shape
         H, KV, hd = self.n_heads, self.n_kv, self.hd
-        q, k, v = linear(self.attn_norm(x), self.wqkv).split([H * hd, KV * hd, KV * hd], dim=-1)
-        q, k, v = q.view(B, T, H, hd), k.view(B, T, KV, hd), v.view(B, T, KV, hd)
-        return rope(q, cos, sin), rope(k, cos, sin), v
+        qk, v = linear(self.attn_norm(x), self.wqkv).split([(H + KV) * hd, KV * hd], dim=-1)
+        qk = rope(qk.view(B, T, H + KV, hd), cos, sin)            # q and k heads rotated together
+        return qk[:, :, :H], qk[:, :, H:], v.view(B, T, KV, hd)
 
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """q [B,T,H,hd] against keys and values [B,KV,S,hd] under `mask` -> [B,T,H*hd] (chapter 01)."""
@@ -119,12 +122,18 @@ class Block(nn.Module):
         return self.finish(x, self.attend(q, k, v, mask))
 
 
-def attention_mask(q_pos: torch.Tensor, key_pos: torch.Tensor, group: int) -> torch.Tensor:
+def attention_mask(q_pos: torch.Tensor, key_pos: torch.Tensor, group: int, dtype: torch.dtype | None = None
+                   ) -> torch.Tensor:
     """Causal mask for queries at positions q_pos [B,T] over keys at key_pos [B,S], shaped for `Block.attend`'s
-    G*T query rows: [B,1,1,S] for one query, [B,1,G*T,S] for more (chapter 01)."""
+    G*T query rows: [B,1,1,S] for one query, [B,1,G*T,S] for more (chapter 01). Boolean (True: attend), or with a
+    `dtype` additive (0 or the dtype's lowest value, as Hugging Face builds it), made once per step instead of being
+    converted again in every layer."""
     B, T = q_pos.shape
     mask = key_pos[:, None, :] <= q_pos[:, :, None]                  # [B,T,S]: causal, per sequence
-    return mask[:, None] if T == 1 else mask[:, None, None].expand(B, 1, group, T, -1).reshape(B, 1, group * T, -1)
+    mask = mask[:, None] if T == 1 else mask[:, None, None].expand(B, 1, group, T, -1).reshape(B, 1, group * T, -1)
+    if dtype is None:
+        return mask
+    return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill_(~mask, torch.finfo(dtype).min)
 
 
 def _check_tokens(tokens: torch.Tensor, device: torch.device, what: str = "tokens") -> None:
@@ -309,7 +318,7 @@ class Llama(nn.Module):
         x = F.embedding(tokens, self.embed)
         cos, sin = self._rope(positions)
         key_pos = positions if k is None else torch.arange(kv_len, device=tokens.device)[None].expand(B, -1)
-        mask = attention_mask(positions, key_pos, self.arch.n_heads // self.arch.n_kv_heads)
+        mask = attention_mask(positions, key_pos, self.arch.n_heads // self.arch.n_kv_heads, self.dtype)
         for i, blk in enumerate(self.blocks):
             x = blk(x, cos, sin, mask, positions, None if k is None else (k[i, :B], v[i, :B]), kv_len)
         return x
@@ -383,7 +392,7 @@ class Llama(nn.Module):
         G = H // self.arch.n_kv_heads
         x = F.embedding(p.tokens[None], self.embed)                        # [1,N,h]
         cos, sin = self._rope(p.positions[None])
-        masks = [attention_mask(g.q_pos, torch.arange(g.kv_len, device=dev)[None].expand(g.batch, -1), G)
+        masks = [attention_mask(g.q_pos, torch.arange(g.kv_len, device=dev)[None].expand(g.batch, -1), G, self.dtype)
                  for g in p.groups]
         for i, blk in enumerate(self.blocks):
             q, k, v = blk.project(x, cos, sin)                             # [1,N,heads,hd]
