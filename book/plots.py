@@ -31,15 +31,15 @@ def apply_style() -> None:
         set_matplotlib_formats("retina")
 
 
-def plain_log_ticks(ax, axis: str = "y") -> None:
-    """Label a logarithmic axis in plain numbers (200, not 2 x 10^2), the minor ticks only at 2 and 5 of each decade,
-    so a short log axis does not crowd its labels (chapter 00)."""
+def plain_log_ticks(ax, axis: str = "y", minor: bool = True) -> None:
+    """Label a logarithmic axis in plain numbers (200, not 2 x 10^2), the minor ticks only at 2 and 5 of each decade
+    (or none with minor=False, for an axis of many decades), so a log axis does not crowd its labels (chapter 00)."""
     from matplotlib.ticker import FuncFormatter
     if axis not in ("x", "y"):
         raise ValueError(f"axis must be 'x' or 'y', got {axis!r}")
     target = ax.yaxis if axis == "y" else ax.xaxis
     target.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
-    target.set_minor_formatter(FuncFormatter(lambda v, _: f"{v:g}" if f"{v:.0e}"[0] in "25" else ""))
+    target.set_minor_formatter(FuncFormatter(lambda v, _: f"{v:g}" if minor and f"{v:.0e}"[0] in "25" else ""))
 
 
 def format_bytes(n: float) -> str:

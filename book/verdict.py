@@ -87,13 +87,14 @@ def ratio(a: float, b: float, *, a_name: str, b_name: str, what: str = "time", t
     r = x / y
     vals = {"a": x, "b": y, "ratio": r}
     if spread is not None and _num(spread, "spread") > max(tol, abs(r - 1)):
-        return Verdict(f"{a_name} and {b_name} differ by x{r:.2f} in {what}, within this run's spread "
+        return Verdict(f"{a_name} and {b_name} differ by a factor of {r:.2f} in {what}, within this run's spread "
                        f"({spread:.0%}): too noisy to rank them.", "noisy", vals)
     if abs(r - 1) <= tol:
         return Verdict(f"{a_name} and {b_name} take the same {what} within {tol:.0%} (ratio {r:.2f}).", "agrees", vals)
+    verb = "takes" if what == "time" else "has"
     if r > 1:
-        return Verdict(f"{a_name} takes {r:.2f}x the {what} of {b_name}.", "above", vals)
-    return Verdict(f"{a_name} takes {r:.2f}x the {what} of {b_name} (1/{1 / r:.2f}).", "below", vals)
+        return Verdict(f"{a_name} {verb} {r:.2f}x the {what} of {b_name}.", "above", vals)
+    return Verdict(f"{a_name} {verb} {r:.2f}x the {what} of {b_name} (1/{1 / r:.2f}).", "below", vals)
 
 
 def bound(mbu: float, mfu: float, *, what: str = "this step", at_least: float = 0.5,
@@ -137,10 +138,10 @@ def trend(xs: Sequence[float], ys: Sequence[float], *, what: str, x_name: str, u
     if (spread is not None and abs(r - 1) <= _num(spread, "spread")) or against > abs(y1 - y0):
         why = (f"within the run-to-run spread ({spread:.0%})" if spread is not None and abs(r - 1) <= spread
                else "and the points in between move up and down by more than that")
-        return Verdict(f"{what} goes {span} (x{r:.2f}), {why}: too noisy to call a trend.", "noisy", vals)
+        return Verdict(f"{what} goes {span} ({r:.2f}x), {why}: too noisy to call a trend.", "noisy", vals)
     if abs(r - 1) <= flat:
-        return Verdict(f"{what} stays within {flat:.0%} {span} (x{r:.2f}).", "flat", vals)
-    return Verdict(f"{what} {'rises' if r > 1 else 'falls'} {span} (x{r:.2f}).", "rises" if r > 1 else "falls", vals)
+        return Verdict(f"{what} stays within {flat:.0%} {span} ({r:.2f}x).", "flat", vals)
+    return Verdict(f"{what} {'rises' if r > 1 else 'falls'} {span} ({r:.2f}x).", "rises" if r > 1 else "falls", vals)
 
 
 def pick(value: float, branches: Sequence[tuple[Callable[[float], bool], str]], *, otherwise: str,

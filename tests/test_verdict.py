@@ -23,7 +23,7 @@ def test_ratio_bound_trend_pick_say():
     assert V.ratio(10, 10.5, a_name="book", b_name="HF").outcome == "agrees"
     assert V.ratio(20, 10, a_name="book", b_name="HF").outcome == "above"
     below = V.ratio(5, 10, a_name="book", b_name="HF", what="tokens per second")
-    assert below.outcome == "below" and below.text == "book takes 0.50x the tokens per second of HF (1/2.00)."
+    assert below.outcome == "below" and below.text == "book has 0.50x the tokens per second of HF (1/2.00)."
     assert V.ratio(12, 10, a_name="book", b_name="HF", spread=0.5).outcome == "noisy"
     assert V.bound(0.9, 0.01).outcome == "memory-bound"
     assert V.bound(0.2, 0.8).outcome == "compute-bound"
