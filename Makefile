@@ -25,13 +25,14 @@ BUILD_FLAGS  := -W -n --keep-going
 # A second, small environment at the oldest transformers the book supports (requirements-oldest.txt): .venv's
 # packages, torch 2.13.0 included, seen through a .pth file, with transformers, tokenizers and huggingface_hub of
 # its own, and the book installed as the Colab cell installs it (pip --no-deps, not editable). It runs the unit tests
-# that call transformers' own API (loading, generate, assisted generation, continuous batching, tokenizers, training)
-# and the chapter that loads every shipped model and tokenizer through it.
+# that call transformers' own API (loading every shipped model and tokenizer, generate, assisted generation,
+# continuous batching, training) and one chapter, the shortest that loads a shipped model and its tokenizer
+# (appendix A, which loads all of them, takes twice as long, and make test runs it under nbval anyway).
 OLDEST         := .venv-oldest
 OLDEST_STAMP   := $(OLDEST)/.installed
 OLDEST_TESTS   := $(addprefix tests/test_,models.py shipped_models.py llama.py decode.py peers.py speculative.py \
                     train.py)
-OLDEST_CHAPTER := chapters/A1_the_books_models.ipynb
+OLDEST_CHAPTER := chapters/06_beyond_one_token_at_a_time.ipynb
 
 .PHONY: help setup book test test-unit test-oldest test-notebooks build-book test-browser lab clean
 

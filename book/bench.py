@@ -237,6 +237,19 @@ def bench_decode(model: str = "Llama-2-7B", *, layers: int | None = None, dtype:
                         mbu_hf=mbu_hf, speedup=speedup, logits_rel_err=err, tokens_equal=same)
 
 
+def _kernel_choice(dev: torch.device, dtype: str) -> str:
+    """Load (or measure once) the device's ceilings, which set the decoder's per-device kernel choice, and say what
+    was chosen: the one-row path by weight size and the path for a few rows (chapters 02 and 04)."""
+    c = measured_ceilings(dev)
+    if dtype not in c.matvec:
+        return f"kernels: {dtype} has no measured matrix-vector paths on {c.device}; F.linear throughout"
+    t = DTYPE_NAMES[dtype]
+    big, small = kernels.matvec_path(dev, t, 64 * 2**20), kernels.matvec_path(dev, t, 2**20)
+    rows = c.rows_path(dtype)
+    return (f"kernels (chosen by the build's measured ceilings): one row via {big} on large weights and {small} on "
+            f"1 MiB ones; 2-{kernels.FEW_ROWS} rows via {rows} ({kernels.ROW_PATHS[rows]}); more rows via F.linear")
+
+
 def _step_ms(model: Llama, x: torch.Tensor, dev: torch.device, n: int = 6) -> float:
     """Median ms of `n` decode steps after a prefill (for choosing between eager and compiled)."""
     tok = model.prefill(x).argmax(-1)
@@ -388,6 +401,7 @@ def bench_serve(model_path: str | None = None, *, requests: int = 48, rate: floa
     short = "coder" if model_path is None else Path(model_path).name
     out(f"model: {short} ({a.n_layers} layers, hidden {a.hidden}, vocab {a.vocab:,}, context {a.max_context}; "
         f"{a.n_params() / 1e6:,.1f}M parameters), {dtype}; loaded in {time.perf_counter() - t0:.1f} s")
+    out(_kernel_choice(dev, dtype))
 
     reqs = workload(requests, vocab=a.vocab, max_len=a.max_context, seed=seed, **SERVE_WORKLOAD)
     prompts, outputs = [len(r.prompt) for r in reqs], [r.max_new_tokens for r in reqs]
@@ -541,6 +555,7 @@ def bench_speculative(*, prompts: int = 8, new_tokens: int = 128, gammas: Sequen
         raise ValueError(f"64 prompt tokens plus {new_tokens} new ones exceed coder's context "
                          f"({target.arch.max_context})")
     out(f"workload: {len(ps)} held-out prompts of {len(ps[0])} tokens, {new_tokens} new tokens each, {dtype}")
+    out(_kernel_choice(dev, dtype))
 
     drafts = {"coder-draft": ModelDraft(draft), "lookup": PromptLookup(3)}
     compare(target, drafts, ps[:1], 16, gammas[:2])                     # warm-up

@@ -119,7 +119,8 @@ def test_serve_prints_every_run_and_a_summary_last(capsys, tiny_llama_folder):
                  "--model-path", tiny_llama_folder]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
     text = "\n".join(lines)
-    for needle in ("device: cpu", "workload: 6 requests", "prompt median 48", "output median 32", "warm-up",
+    for needle in ("device: cpu", "kernels (chosen by the build's measured ceilings): one row via",
+                   "workload: 6 requests", "prompt median 48", "output median 32", "warm-up",
                    "phase (a): all 6 requests", "phase (b): the same requests arriving as a Poisson process",
                    "0.75 x the capacity measured in (a)", "TTFT p50/p95/p99 ms", "TPOT p50/p95/p99 ms", "sched/step",
                    "(a) book continuous (paged) / HF continuous tokens/s",
@@ -173,7 +174,7 @@ def test_speculative_prints_the_sweep_the_peers_and_a_summary_last(capsys):
                  "--sampling-eps", "0.5"]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
     text = "\n".join(lines)
-    for needle in ("device: cpu", "workload: 2 held-out prompts of 64 tokens", "greedy alpha", "c = ",
+    for needle in ("device: cpu", "2-32 rows via", "workload: 2 held-out prompts of 64 tokens", "greedy alpha", "c = ",
                    "k=2:", "k=4:", "formula", "HF generate:", "HF assisted (gamma", "HF prompt lookup",
                    "book / HF assisted at the same gamma", "HF assisted sampling (T=1, one drafted token)"):
         assert needle in text, needle

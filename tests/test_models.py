@@ -60,6 +60,31 @@ def test_build_random_has_the_right_shape_dtype_and_random_weights():
     assert out.logits.shape == (1, 3, 50257)
 
 
+def test_fill_random_writes_distinct_small_values_quickly_drawn_once():
+    a, b = torch.empty(3000, 4096), torch.empty(3000, 4096, dtype=torch.bfloat16)
+    norm = torch.zeros(64)
+    models.fill_random_([a, norm, b], seed=1)
+    assert a.abs().max() <= 0.02 and (a != 0).float().mean() > 0.999 and a.std() > 0.01
+    assert torch.equal(norm, torch.ones(64))                         # a norm weight starts at 1
+    assert len({tuple(r[:8].tolist()) for r in a}) == a.shape[0]     # no two rows alike (the block length is prime)
+    assert not torch.equal(a.to(torch.bfloat16), b)                  # each tensor starts elsewhere in the block
+    c = torch.empty(3000, 4096)
+    models.fill_random_([c], seed=1)
+    assert torch.equal(a, c)                                         # seeded: the same values again
+
+
+def test_build_random_llama_matches_a_fresh_model_but_its_weights():
+    from transformers import AutoModelForCausalLM
+    arch = models.architecture("Llama-2-7B").with_layers(1)
+    small = models.Architecture("small", "-", "llama", 2, 64, 4, 2, 16, 128, 100, 64)
+    m = models.build_random(small, dtype="fp32")
+    fresh = AutoModelForCausalLM.from_config(models.hf_config(small))
+    for (n, got), (_, want) in zip(m.named_buffers(), fresh.named_buffers()):   # rotary frequencies computed
+        assert torch.equal(got, want), n
+    assert all(p.device.type == "cpu" and p.abs().sum() > 0 for p in m.parameters())
+    assert models.build_random(arch, dtype="bf16", device="meta").model.layers[0].mlp.up_proj.weight.is_meta
+
+
 def test_build_random_llama_with_fewer_layers():
     model = models.build_random("Llama-3-8B", n_layers=1, dtype="bf16", device="meta")
     assert model.config.num_hidden_layers == 1 and model.config.num_key_value_heads == 8
