@@ -91,10 +91,11 @@ test-browser: setup
 	$(BIN)/python -m pytest -q tests/test_browser.py
 
 # The unit tests and the oldest-transformers check publish no number (the oldest check's chapter keeps its ceilings
-# in memory: BOOK_CEILINGS=off), so they share the two cores; then the chapters run one at a time with the machine to
-# themselves, since their outputs become the built book (the first measures the build's ceilings).
+# in memory: BOOK_CEILINGS=off), so they run side by side, one PyTorch thread each (two threads each on two cores
+# made both several times slower); then the chapters run one at a time with the machine to themselves, since their
+# outputs become the built book (the first measures the build's ceilings).
 test: setup
-	$(MAKE) --no-print-directory -j2 --output-sync=target test-unit test-oldest
+	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(MAKE) --no-print-directory -j2 --output-sync=target test-unit test-oldest
 	$(MAKE) --no-print-directory test-notebooks build-book test-browser
 	@echo "make test: all checks passed"
 
