@@ -10,7 +10,8 @@ import torch
 from .device import as_device
 
 __all__ = ["Architecture", "ARCHITECTURES", "architecture", "architecture_names", "dtype_bytes", "hf_config",
-           "build_random", "fill_random_", "RANDOM_BLOCK", "load", "load_tokenizer", "OfflineError", "SHIPPED", "shipped_path"]
+           "build_random", "fill_random_", "RANDOM_BLOCK", "load", "load_tokenizer", "OfflineError", "SHIPPED",
+           "shipped_path"]
 
 _DTYPE_BYTES = {"fp32": 4.0, "tf32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5}
 _TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -197,14 +198,13 @@ def build_random(arch: str | Architecture, *, n_layers: int | None = None, dtype
         a = a.with_layers(n_layers)
     from transformers import AutoModelForCausalLM
     dev, tdtype = as_device(device), _torch_dtype(dtype)
-    config = hf_config(a)
     with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(config, dtype=tdtype)
+        model = AutoModelForCausalLM.from_config(hf_config(a), dtype=tdtype)
     if dev.type != "meta":
         model.to_empty(device=dev)
         model.tie_weights()                              # to_empty gives tied weights separate memory
         fill_random_(list(model.parameters()), seed=seed)
-        for name, module in model.named_modules():       # buffers (the rotary frequencies) are computed, not random
+        for module in model.modules():                   # buffers (the rotary frequencies) are computed, not random
             if module._buffers:
                 with torch.device(dev):
                     fresh = type(module)(config=model.config)
