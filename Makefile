@@ -71,7 +71,7 @@ build-book: setup
 book: build-book
 
 test-unit: setup
-	$(BIN)/python -m pytest -q tests --ignore=tests/test_browser.py
+	$(BIN)/python -m pytest -q tests --ignore=tests/test_browser.py --durations=10
 
 test-oldest: setup $(OLDEST_STAMP)
 	cd $(OLDEST) && bin/python -c "import book, transformers, torch; print('$(OLDEST): transformers', \
@@ -85,7 +85,7 @@ test-oldest: setup $(OLDEST_STAMP)
 test-notebooks: setup
 	@mkdir -p _build
 	BOOK_STATIC=1 BOOK_NB_CACHE=$(NB_CACHE) $(BIN)/python -m pytest -q --nbval-lax \
-	    --nbval-cell-timeout=$(CELL_TIMEOUT) -p no:cacheprovider -p book.nbcache chapters
+	    --nbval-cell-timeout=$(CELL_TIMEOUT) -p no:cacheprovider -p book.nbcache --durations=15 chapters
 
 test-browser: setup
 	$(BIN)/python -m pytest -q tests/test_browser.py
