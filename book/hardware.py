@@ -363,10 +363,12 @@ class Ceilings:
                  f"{ds.bandwidth_gbs:,.0f} GB/s" if ds else "-"),
                 ("copy bandwidth (read+write)", f"{self.copy_bw / GB:,.1f} GB/s", spread("copy"),
                  f"{ds.bandwidth_gbs:,.0f} GB/s" if ds else "-")]
+        tera = min(self.matmul.values(), default=TFLOP) >= 0.01 * TFLOP   # one unit for every matmul row
         for name, rate in self.matmul.items():
             sheet = f"{ds.tflops[name]:,.1f} TFLOP/s" if ds and name in ds.tflops else "-"
             label = f"matmul {name} (n={self.matmul_sizes[name]})" + (" *" if name in self.fallbacks else "")
-            shown = f"{rate / TFLOP:,.3f} TFLOP/s" if rate >= 0.01 * TFLOP else f"{rate / 1e9:,.2f} GFLOP/s"
+            g = rate / 1e9
+            shown = f"{rate / TFLOP:,.3f} TFLOP/s" if tera else f"{g:,.0f} GFLOP/s" if g >= 100 else f"{g:.3g} GFLOP/s"
             rows.append((label, shown, spread(f"matmul {name}"), sheet))
         if self.read_kernel != "sum":
             rows.append(("read bandwidth (sum)", f"{self.read_sum_bw / GB:,.1f} GB/s", spread("read"), "-"))
@@ -395,7 +397,10 @@ class Ceilings:
             lines = [f"{'ceiling':<{w}}  {'measured':>15}  {'spread (n)':>10}"]
             lines += [f"{a:<{w}}  {b:>15}  {c:>10}" for a, b, c, _ in rows]
         if self.fallbacks:
-            lines.append(f"* {', '.join(self.fallbacks)}: a slow fallback here (below 1.25x the fp32 rate); never chosen")
+            fp32 = self.matmul.get("fp32")
+            each = ", ".join(f"{d} {self.matmul[d] / fp32:.2f}x" if fp32 else d for d in self.fallbacks)
+            lines.append(f"* a slow fallback here ({each} the fp32 rate; below {FALLBACK_BELOW_FP32}x it is never "
+                         f"chosen)")
         lines.append(f"device: {self.device}; bandwidth tensors {self.bytes_tested / 2**20:,.0f} MiB")
         lines.append("spread: half the range of the (n) samples, taken in turn")
         lines.append(f"datasheet: {ds.name} ({ds.source})" if ds else "datasheet: none in the catalog for this device")

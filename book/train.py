@@ -449,8 +449,9 @@ def plot_loss(logs: dict[str, dict], path: Path | None = FIGURE):
         ax.plot([v[0] for v in val_curve], [v[1] for v in val_curve], "o-", color=color, ms=4,
                 label=f"{name} validation (first {EVAL_WINDOWS} windows)")
     ax.set_xlabel("optimizer step")
-    ax.set_ylabel("loss (nats per token)")
-    ax.set_ylim(bottom=max(0.0, ax.get_ylim()[0]), top=min(ax.get_ylim()[1], 5.0))
+    top = ax.get_ylim()[1]
+    ax.set_ylabel("loss (nats per token)" + ("\n(axis cut at 5: the first steps start higher)" if top > 5 else ""))
+    ax.set_ylim(bottom=max(0.0, ax.get_ylim()[0]), top=min(top, 5.0))
     ax.legend(fontsize=8)
     ax.set_title("Training the book's code models on the Python standard library")
     fig.tight_layout()

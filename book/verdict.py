@@ -131,7 +131,7 @@ def trend(xs: Sequence[float], ys: Sequence[float], *, what: str, x_name: str, u
         raise ValueError(f"the first value must be positive, got {y0}")
     r = y1 / y0
     vals = {"first": y0, "last": y1, "ratio": r}
-    span = f"from {_fmt(y0, unit)} at {x_name} {xs[0]:,} to {_fmt(y1, unit)} at {xs[-1]:,}"
+    span = f"from {_fmt(y0, unit)} at {x_name} = {xs[0]:,} to {_fmt(y1, unit)} at {x_name} = {xs[-1]:,}"
     ys_f = [_num(y, "y") for y in ys]
     steps = [b - a for a, b in zip(ys_f, ys_f[1:])]
     against = sum(abs(d) for d in steps if (d > 0) != (y1 > y0))     # movement against the net direction
