@@ -30,7 +30,7 @@ __all__ = ["setup", "seed_everything", "set_online", "time_fn", "Timing", "slide
 
 COLAB_GPU_HINT = ("No GPU found: every measurement on this page runs on the CPU (GPU numbers\n"
                   "beside them are labelled reference or published results). The story is\n"
-                  "the same, the times are longer. For a GPU in Colab: Runtime > Change\n"
+                  "the same; most times are longer. For a GPU in Colab: Runtime > Change\n"
                   "runtime type > T4 GPU (or better), then Runtime > Run all.")
 
 

@@ -791,7 +791,7 @@ def gantt(ax, report: Report, *, first: int = 0, count: int | None = None, title
 def table(reports: Sequence[Report], *, columns: Sequence[str] = ("tokens/s", "ttft p50 ms", "ttft p95 ms",
           "tpot p50 ms", "tpot p95 ms", "queue p95 ms")) -> str:
     """Reports side by side, one line each, as fixed-width text; latencies in ms (chapter 04)."""
-    width = max(len(r.name) for r in reports)
+    width = max([len(r.name) for r in reports] + [len("(latencies in ms)")])
     labels = [c.replace(" ms", "").replace("ttft", "TTFT").replace("tpot", "TPOT") for c in columns]
     sizes = [max(9, len(lab) + 1) for lab in labels]
     lines = [f"{'(latencies in ms)':<{width}}" + "".join(f"{lab:>{n}}" for lab, n in zip(labels, sizes))]

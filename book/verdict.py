@@ -30,10 +30,24 @@ class Verdict:
         return self.text
 
     def _repr_markdown_(self) -> str:
-        return f"**On this device:** {self.text}"
+        return f"**On this device:** {_after_colon(self.text)}"
 
     def __bool__(self) -> bool:        # a verdict is truthy when the claim it checks holds
         return self.outcome in ("agrees", "holds", "memory-bound", "compute-bound", "rises", "falls", "flat")
+
+
+#: First words a verdict keeps capitalised after "On this device:" (names, not sentence starts).
+NAMES = frozenset({"Hugging", "Llama", "Jacobi", "Mistral", "Orca", "Mercury", "Gemini", "Python", "Colab", "Intel",
+                   "Apple", "Medusa", "Leviathan", "Chen"})
+
+
+def _after_colon(text: str) -> str:
+    """A sentence continued after "On this device:" starts in lower case, unless its first word is a name or an
+    acronym (HF, TTFT, MBU) (chapter 00)."""
+    first = text.split(" ", 1)[0].rstrip(",:;'s")
+    if len(first) > 1 and first[0].isupper() and first[1:].islower() and first not in NAMES:
+        return text[0].lower() + text[1:]
+    return text
 
 
 def _num(x: float, name: str) -> float:

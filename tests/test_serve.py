@@ -189,6 +189,10 @@ def test_engine_on_coder():
         rep = Engine(coder, max_len=128, max_batch=4, **cfg).run(reqs)
         rep.check()
         assert [s.tokens for s in rep.served] == want
+    from dataclasses import replace
+    from book.serve import table
+    lines = table([replace(rep, name="short")]).splitlines()    # a name shorter than the header's label
+    assert len(lines[0]) == len(lines[1]) and lines[0].startswith("(latencies in ms)")
 
 
 def test_decodes_of_very_different_lengths_attend_in_separate_groups(model):

@@ -88,3 +88,14 @@ def test_a_unit_with_a_leading_space_prints_one_space():
 
 def test_a_ratio_unit_prints_after_the_number_as_the_book_writes_it():
     assert "measured 1.22x, predicted 1.28x" in V.compare(1.22, 1.28, what="speed-up", unit="x").text
+
+
+def test_a_verdict_continues_the_on_this_device_sentence_in_lower_case_but_keeps_names_and_acronyms():
+    md = lambda text: V.say(True, text, "")._repr_markdown_()
+    assert md("The exact rule passed.") == "**On this device:** the exact rule passed."
+    assert md("At batch 16 the gain fades.") == "**On this device:** at batch 16 the gain fades."
+    assert md("Hugging Face's step is slower.").endswith(":** Hugging Face's step is slower.")
+    assert md("HF generate takes 1.2x.").endswith(":** HF generate takes 1.2x.")
+    assert md("TTFT P95 meets it.").endswith(":** TTFT P95 meets it.")
+    assert md("the step grows.").endswith(":** the step grows.")
+    assert str(V.say(True, "The exact rule passed.", "")) == "The exact rule passed."   # the text itself is kept
