@@ -151,7 +151,9 @@ class MemoryBreakdown:
         for k, v in self.parts().items():
             lines.append(f"  {k:<11} {v / GB:8.2f} GB  {why[k]}")     # 85 characters: a book page's column
         lines.append(f"  {'total':<11} {self.total / GB:8.2f} GB  of {self.capacity / GB:.1f} GB: "
-                     + (f"fits, {self.free / GB:.2f} GB free" if self.fits else
+                     + ((f"fits, {self.free / GB:.2f} GB free" if self.free >= 1e9 else
+                         f"fits on paper, {self.free / GB:.2f} GB free (under a driver's reserve)")
+                        if self.fits else
                         f"does NOT fit, {-self.free / GB:.2f} GB over"))
         return "\n".join(lines)
 

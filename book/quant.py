@@ -191,5 +191,5 @@ def compare_linear(k: int, n: int, *, batches: tuple[int, ...] = (1, 512), devic
                             "error": err})
     shown = [p for p in fallbacks if any(row[0] == p for row in rows)]
     if shown:
-        lines.append(f"* {', '.join(shown)}: a slow fallback on this device (not clearly faster than fp32)")
+        lines.append(f"* {', '.join(shown)}: a slow fallback here (its matmuls are not clearly faster than fp32's)")
     return lines

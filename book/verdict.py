@@ -153,8 +153,12 @@ def trend(xs: Sequence[float], ys: Sequence[float], *, what: str, x_name: str, u
         why = (f"within the run-to-run spread ({spread:.0%})" if spread is not None and abs(r - 1) <= spread
                else "and the points in between move up and down by more than that")
         return Verdict(f"{what} goes {span} ({r:.2f}x), {why}: too noisy to call a trend.", "noisy", vals)
-    if abs(r - 1) <= flat:
+    if max(abs(y / y0 - 1) for y in ys_f) <= flat:      # every point, not only the two ends
         return Verdict(f"{what} stays within {flat:.0%} {span} ({r:.2f}x).", "flat", vals)
+    if abs(r - 1) <= flat:                               # back near the start, but not flat on the way
+        peak = max(ys_f, key=lambda y: abs(y / y0 - 1))
+        return Verdict(f"{what} goes {span} ({r:.2f}x), but reaches {_fmt(peak, unit)} on the way "
+                       f"({peak / y0:.2f}x): not flat.", "rises" if peak > y0 else "falls", vals)
     return Verdict(f"{what} {'rises' if r > 1 else 'falls'} {span} ({r:.2f}x).", "rises" if r > 1 else "falls", vals)
 
 

@@ -74,6 +74,9 @@ def test_breakdown_adds_up_and_reports_fit():
     assert q.kv_dtype == "bf16" and q.weights == 68_976_648_192 / 2
     over = mem.breakdown("Llama-2-70B", "A100 80GB", weight_dtype="fp16")
     assert not over.fits and "does NOT fit" in over.table()
+    tight = mem.breakdown("Llama-2-70B", "A100 80GB", n_gpus=2, context=4096, batch=8, weight_dtype="fp16",
+                          overhead=3 * GB, capacity=b.total + 0.2e9)           # 0.2 GB to spare
+    assert tight.fits and "fits on paper, 0.20 GB free" in tight.table() and "fits, " in b.table()
 
 
 def test_activation_estimate_by_hand():

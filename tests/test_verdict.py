@@ -99,3 +99,9 @@ def test_a_verdict_continues_the_on_this_device_sentence_in_lower_case_but_keeps
     assert md("TTFT P95 meets it.").endswith(":** TTFT P95 meets it.")
     assert md("the step grows.").endswith(":** the step grows.")
     assert str(V.say(True, "The exact rule passed.", "")) == "The exact rule passed."   # the text itself is kept
+
+
+def test_a_trend_is_flat_only_when_every_point_is():
+    v = V.trend([4.4, 8.8, 13.2], [32.5, 21.7, 24.5], what="P95 TPOT", x_name="rate", unit="ms", flat=0.25)
+    assert v.outcome == "falls" and "not flat" in v.text and "21.7 ms" in v.text
+    assert V.trend([1, 2, 3], [10, 11, 10.5], what="y", x_name="x").outcome == "flat"
