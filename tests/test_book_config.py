@@ -85,3 +85,15 @@ def test_code_lines_fit_the_column():
             if c["cell_type"] == "code":
                 long = [line for line in "".join(c["source"]).split("\n") if len(line) > 79]
                 assert not long, f"{path.name} cell {i}: lines over 79 characters: {long}"
+
+
+def test_every_code_cell_parses():
+    """A syntax error in a chapter is found here in a second, not after the chapters before it have run."""
+    import ast
+    for path in CHAPTERS:
+        for i, c in enumerate(json.loads(path.read_text())["cells"]):
+            if c["cell_type"] == "code":
+                try:
+                    ast.parse("".join(c["source"]))
+                except SyntaxError as e:
+                    raise AssertionError(f"{path.name} cell {i}: {e}") from None
