@@ -8,7 +8,7 @@ text and renders as Markdown in Jupyter (live and in the built book).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Sequence
 
 __all__ = ["Verdict", "compare", "ratio", "bound", "trend", "pick", "say", "OUTCOMES"]
@@ -25,12 +25,20 @@ class Verdict:
     text: str
     outcome: str
     values: dict[str, float] = field(default_factory=dict)
+    label: str = "On this device"     # what the numbers come from: this device, a training record, published runs
 
     def __str__(self) -> str:
         return self.text
 
     def _repr_markdown_(self) -> str:
-        return f"**On this device:** {_after_colon(self.text)}"
+        return f"**{self.label}:** {_after_colon(self.text)}"
+
+    def labelled(self, label: str) -> "Verdict":
+        """The same sentence judged from numbers that were not measured here, e.g. "From the training record"
+        (chapter 06)."""
+        if not label.strip():
+            raise ValueError("a verdict's label must name where its numbers come from")
+        return replace(self, label=label.strip())
 
     def __bool__(self) -> bool:        # a verdict is truthy when the claim it checks holds
         return self.outcome in ("agrees", "holds", "memory-bound", "compute-bound", "rises", "falls", "flat")
@@ -38,13 +46,14 @@ class Verdict:
 
 #: First words a verdict keeps capitalised after "On this device:" (names, not sentence starts).
 NAMES = frozenset({"Hugging", "Llama", "Jacobi", "Mistral", "Orca", "Mercury", "Gemini", "Python", "Colab", "Intel",
-                   "Apple", "Medusa", "Leviathan", "Chen"})
+                   "Apple", "Medusa", "Leviathan", "Chen", "Pinsker", "Jensen"})
 
 
 def _after_colon(text: str) -> str:
     """A sentence continued after "On this device:" starts in lower case, unless its first word is a name or an
     acronym (HF, TTFT, MBU) (chapter 00)."""
-    first = text.split(" ", 1)[0].rstrip(",:;'s")
+    first = text.split(" ", 1)[0].rstrip(",:;")
+    first = first[:-2] if first.endswith("'s") else first     # "Pinsker's" -> "Pinsker"; "As" stays "As"
     if len(first) > 1 and first[0].isupper() and first[1:].islower() and first not in NAMES:
         return text[0].lower() + text[1:]
     return text
@@ -56,15 +65,25 @@ def _num(x: float, name: str) -> float:
     return float(x)
 
 
-def _fmt(x: float, unit: str) -> str:
+def _fmt(x: float, unit: str, digits: int = 3) -> str:
     unit = unit.strip()   # " steps" and "steps" print alike: one space before the unit
     if unit in ("ms", "s", "us"):
-        return f"{x:,.3g} {unit}" if abs(x) < 100 else f"{x:,.0f} {unit}"
+        return f"{x:,.{digits}g} {unit}" if abs(x) < 100 else f"{x:,.{digits - 3}f} {unit}"
     if unit == "x":
-        return f"{x:,.2f}x"
+        return f"{x:,.{digits - 1}f}x"
     if unit:
-        return f"{x:,.3g} {unit}" if abs(x) < 1000 else f"{x:,.0f} {unit}"
-    return f"{x:,.3g}" if abs(x) < 1000 else f"{x:,.0f}"
+        return f"{x:,.{digits}g} {unit}" if abs(x) < 1000 else f"{x:,.{digits - 3}f} {unit}"
+    return f"{x:,.{digits}g}" if abs(x) < 1000 else f"{x:,.{digits - 3}f}"
+
+
+def _fmt_pair(a: float, b: float, unit: str) -> tuple[str, str]:
+    """Two values printed side by side with enough digits that rounding does not invent a gap: 207.5 and 207.48
+    print as 207.5 and 207.5, not 208 and 207 (chapter 00)."""
+    for digits in (3, 4, 5):
+        sa, sb = _fmt(a, unit, digits), _fmt(b, unit, digits)
+        if sa == sb or abs(a - b) >= 0.005 * max(abs(a), abs(b)) * 10 ** (3 - digits):
+            return sa, sb
+    return sa, sb
 
 
 def compare(measured: float, predicted: float, *, what: str, unit: str = "", tol: float = 0.15,
@@ -80,7 +99,8 @@ def compare(measured: float, predicted: float, *, what: str, unit: str = "", tol
     gap = max(r, 1 / r) - 1 if r > 0 else float("inf")   # symmetric: half and double are the same distance
     vals = {"measured": m, "predicted": p, "ratio": r}
     ref = "the prediction" if against == "predicted" else against
-    head = f"{what}: measured {_fmt(m, unit)}, {against} {_fmt(p, unit)}, a ratio of {r:.2f}"
+    sm, sp = _fmt_pair(m, p, unit)
+    head = f"{what}: measured {sm}, {against} {sp}, a ratio of {r:.2f}"
     if spread is not None and _num(spread, "spread") > max(tol, gap):
         return Verdict(f"{head}; the run-to-run spread ({spread:.0%}) is larger than the gap, so this run "
                        f"cannot tell whether they agree.", "noisy", vals)

@@ -86,6 +86,13 @@ def test_a_unit_with_a_leading_space_prints_one_space():
     assert "5.39 steps" in v.text and "  steps" not in v.text
 
 
+def test_values_a_hair_apart_do_not_print_a_gap_that_rounding_made():
+    assert "measured 207.5 GFLOP, predicted 207.5 GFLOP" in V.compare(207.5, 207.48, what="x", unit="GFLOP").text
+    assert "measured 207.5 GFLOP, predicted 206.9 GFLOP" in V.compare(207.5, 206.9, what="x", unit="GFLOP").text
+    assert "measured 208 GFLOP, predicted 150 GFLOP" in V.compare(207.5, 150, what="x", unit="GFLOP").text
+    assert "measured 150 ms, predicted 150 ms" in V.compare(150.04, 150.1, what="x", unit="ms").text
+
+
 def test_a_ratio_unit_prints_after_the_number_as_the_book_writes_it():
     assert "measured 1.22x, predicted 1.28x" in V.compare(1.22, 1.28, what="speed-up", unit="x").text
 
@@ -95,6 +102,8 @@ def test_a_verdict_continues_the_on_this_device_sentence_in_lower_case_but_keeps
     assert md("The exact rule passed.") == "**On this device:** the exact rule passed."
     assert md("At batch 16 the gain fades.") == "**On this device:** at batch 16 the gain fades."
     assert md("Hugging Face's step is slower.").endswith(":** Hugging Face's step is slower.")
+    assert md("As a model of the text it is better.") == "**On this device:** as a model of the text it is better."
+    assert md("Pinsker's bound holds.") == "**On this device:** Pinsker's bound holds."
     assert md("HF generate takes 1.2x.").endswith(":** HF generate takes 1.2x.")
     assert md("TTFT P95 meets it.").endswith(":** TTFT P95 meets it.")
     assert md("the step grows.").endswith(":** the step grows.")
@@ -105,3 +114,12 @@ def test_a_trend_is_flat_only_when_every_point_is():
     v = V.trend([4.4, 8.8, 13.2], [32.5, 21.7, 24.5], what="P95 TPOT", x_name="rate", unit="ms", flat=0.25)
     assert v.outcome == "falls" and "not flat" in v.text and "21.7 ms" in v.text
     assert V.trend([1, 2, 3], [10, 11, 10.5], what="y", x_name="x").outcome == "flat"
+
+
+def test_a_verdict_on_numbers_from_elsewhere_names_their_source():
+    v = V.ratio(1.9, 1.1, a_name="the bound", b_name="the loss", what="bits per byte")
+    v = v.labelled("From the training record")
+    assert v._repr_markdown_().startswith("**From the training record:** the bound has 1.73x")
+    assert V.say(True, "x", "")._repr_markdown_().startswith("**On this device:**")
+    with pytest.raises(ValueError, match="label"):
+        v.labelled(" ")
