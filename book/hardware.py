@@ -349,6 +349,16 @@ class Ceilings:
         rates = self.matvec.get(dtype) or {"linear": 0.0}
         return max(rates, key=rates.get)
 
+    def matmul_text(self, dtype: str) -> str:
+        """One precision's matmul rate in the unit every matmul rate of this device shares: TFLOP/s when the slowest
+        is at least 10 GFLOP/s, else GFLOP/s, so a slow fallback prints as "1.35 GFLOP/s", not "0.001 TFLOP/s"
+        (chapter 00)."""
+        rate = self.matmul[dtype]
+        if min(self.matmul.values()) >= 0.01 * TFLOP:
+            return f"{rate / TFLOP:,.3f} TFLOP/s"
+        g = rate / 1e9
+        return f"{g:,.0f} GFLOP/s" if g >= 100 else f"{g:.3g} GFLOP/s"
+
     def table(self) -> str:
         """The ceilings as a small text table with their spread, and the datasheet beside them when the device is in
         the catalog."""
@@ -363,13 +373,10 @@ class Ceilings:
                  f"{ds.bandwidth_gbs:,.0f} GB/s" if ds else "-"),
                 ("copy bandwidth (read+write)", f"{self.copy_bw / GB:,.1f} GB/s", spread("copy"),
                  f"{ds.bandwidth_gbs:,.0f} GB/s" if ds else "-")]
-        tera = min(self.matmul.values(), default=TFLOP) >= 0.01 * TFLOP   # one unit for every matmul row
-        for name, rate in self.matmul.items():
+        for name in self.matmul:         # one unit for every matmul row (matmul_text)
             sheet = f"{ds.tflops[name]:,.1f} TFLOP/s" if ds and name in ds.tflops else "-"
             label = f"matmul {name} (n={self.matmul_sizes[name]})" + (" *" if name in self.fallbacks else "")
-            g = rate / 1e9
-            shown = f"{rate / TFLOP:,.3f} TFLOP/s" if tera else f"{g:,.0f} GFLOP/s" if g >= 100 else f"{g:.3g} GFLOP/s"
-            rows.append((label, shown, spread(f"matmul {name}"), sheet))
+            rows.append((label, self.matmul_text(name), spread(f"matmul {name}"), sheet))
         if self.read_kernel != "sum":
             rows.append(("read bandwidth (sum)", f"{self.read_sum_bw / GB:,.1f} GB/s", spread("read"), "-"))
         for name in self.matvec:
@@ -399,8 +406,8 @@ class Ceilings:
         if self.fallbacks:
             fp32 = self.matmul.get("fp32")
             each = ", ".join(f"{d} {self.matmul[d] / fp32:.2f}x" if fp32 else d for d in self.fallbacks)
-            lines.append(f"* a slow fallback here ({each} the fp32 rate; below {FALLBACK_BELOW_FP32}x it is never "
-                         f"chosen)")
+            lines.append(f"* a slow fallback here ({each} the fp32 rate;\n  below {FALLBACK_BELOW_FP32}x the fp32 "
+                         f"rate a precision is never chosen)")   # two lines: one wrapped in the output column
         lines.append(f"device: {self.device}; bandwidth tensors {self.bytes_tested / 2**20:,.0f} MiB")
         lines.append("spread: half the range of the (n) samples, taken in turn")
         lines.append(f"datasheet: {ds.name} ({ds.source})" if ds else "datasheet: none in the catalog for this device")

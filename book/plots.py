@@ -1,9 +1,11 @@
 """The book's figure style, shared by every chapter (chapter 00)."""
 from __future__ import annotations
 
+import math
+
 import matplotlib
 
-__all__ = ["apply_style", "BYTES_TICKS", "COLUMN_IN", "FULL_WIDTH_IN", "format_bytes", "plain_log_ticks"]
+__all__ = ["apply_style", "bytes_ticks", "COLUMN_IN", "FULL_WIDTH_IN", "format_bytes", "plain_log_ticks"]
 
 
 #: Widest figure, in inches at 100 dpi, that the book's text column (688 px) shows at full size; a cell tagged
@@ -50,5 +52,13 @@ def format_bytes(n: float) -> str:
     return f"{n:.0f} B"
 
 
-#: Tick positions for byte-size axes, 1 KiB to 64 GiB.
-BYTES_TICKS = [2**k for k in range(10, 37, 3)]
+def bytes_ticks(lo: float, hi: float, step: int = 8) -> list[int]:
+    """Tick positions for a byte-size axis from `lo` to `hi`: powers of two every `step`-fold, counted down from the
+    largest power of two within `hi`, so the axis's largest size is labelled (chapter 00)."""
+    if not 0 < lo <= hi or step < 2:
+        raise ValueError(f"need 0 < lo <= hi and step >= 2, got lo={lo}, hi={hi}, step={step}")
+    t, ticks = 2 ** int(math.floor(math.log2(hi))), []
+    while t >= lo:
+        ticks.append(t)
+        t //= step
+    return ticks[::-1]

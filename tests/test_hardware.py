@@ -164,7 +164,9 @@ def test_a_slow_rate_keeps_its_digits_in_gflops():
                     matmul={"fp32": 1.2e11, "bf16": 1.23e9}, matmul_sizes={"fp32": 1, "bf16": 1})
     t = c.table()
     assert "120 GFLOP/s" in t and "1.23 GFLOP/s" in t and "TFLOP/s" not in t   # one unit for both rows
-    assert "bf16 0.01x the fp32 rate; below 1.25x it is never chosen" in t
+    assert "bf16 0.01x the fp32 rate;\n  below 1.25x the fp32 rate a precision is never chosen" in t
+    assert max(len(line) for line in t.splitlines()) <= 85      # fits the book's output column
     fast = hw.Ceilings(device="cpu-x", kind="cpu", read_bw=1e10, copy_bw=1e10, bytes_tested=1,
                        matmul={"fp32": 1.2e11, "bf16": 2.5e11}, matmul_sizes={"fp32": 1, "bf16": 1}).table()
     assert "0.120 TFLOP/s" in fast and "0.250 TFLOP/s" in fast and "fallback" not in fast
+    assert c.matmul_text("bf16") == "1.23 GFLOP/s" and c.matmul_text("fp32") == "120 GFLOP/s"   # chapter 02's lines

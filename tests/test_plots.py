@@ -5,7 +5,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
 
-from book.plots import format_bytes, plain_log_ticks  # noqa: E402
+from book.plots import bytes_ticks, format_bytes, plain_log_ticks  # noqa: E402
 
 
 def test_a_log_axis_is_labelled_in_plain_numbers_at_2_and_5_of_each_decade():
@@ -26,3 +26,10 @@ def test_a_log_axis_is_labelled_in_plain_numbers_at_2_and_5_of_each_decade():
 
 def test_format_bytes():
     assert format_bytes(512) == "512 B" and format_bytes(1.5 * 2**30) == "1.5 GiB"
+
+
+def test_a_byte_axis_labels_its_largest_size():
+    assert bytes_ticks(16 * 2**10, 512 * 2**20) == [2**14, 2**17, 2**20, 2**23, 2**26, 2**29]   # 16 KiB ... 512 MiB
+    assert bytes_ticks(16 * 2**10, 700 * 2**20)[-1] == 512 * 2**20 and bytes_ticks(1, 1) == [1]
+    with pytest.raises(ValueError, match="lo <= hi"):
+        bytes_ticks(2**20, 2**10)

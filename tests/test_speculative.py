@@ -187,6 +187,7 @@ def test_formula_and_bad_input(pair):
     assert speculative.predicted_speedup(0.5, 2, 0.0) == pytest.approx(1.75)
     assert speculative.predicted_speedup(0.8, 4, 0.05) == pytest.approx((1 - 0.8 ** 5) / 0.2 / 1.2)
     assert speculative.best_gamma(0.9, 0.01) > speculative.best_gamma(0.5, 0.2)
+    assert speculative.best_gamma(0.9, 0.01) == 24          # above the old cap of 16, which it returned silently
     target, other = pair
     d = speculative.ModelDraft(other)
     for kw, msg in [(dict(gamma=0), "gamma"), (dict(temperature=-1.0), "temperature"),
