@@ -33,15 +33,19 @@ def apply_style() -> None:
         set_matplotlib_formats("retina")
 
 
-def plain_log_ticks(ax, axis: str = "y", minor: bool = True) -> None:
+def plain_log_ticks(ax, axis: str = "y", minor: bool = True, scale: float = 1.0) -> None:
     """Label a logarithmic axis in plain numbers (200, not 2 x 10^2), the minor ticks only at 2 and 5 of each decade
-    (or none with minor=False, for an axis of many decades), so a log axis does not crowd its labels (chapter 00)."""
+    (or none with minor=False, for an axis of many decades), so a log axis does not crowd its labels; `scale` divides
+    the labels (1e9 labels FLOP/s in GFLOP/s: 100, not 1e+11; the caller names the unit) (chapter 00)."""
     from matplotlib.ticker import FuncFormatter
     if axis not in ("x", "y"):
         raise ValueError(f"axis must be 'x' or 'y', got {axis!r}")
+    if not scale > 0:
+        raise ValueError(f"scale must be positive, got {scale!r}")
     target = ax.yaxis if axis == "y" else ax.xaxis
-    target.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
-    target.set_minor_formatter(FuncFormatter(lambda v, _: f"{v:g}" if minor and f"{v:.0e}"[0] in "25" else ""))
+    target.set_major_formatter(FuncFormatter(lambda v, _: f"{v / scale:g}"))
+    target.set_minor_formatter(FuncFormatter(lambda v, _: f"{v / scale:g}" if minor and f"{v:.0e}"[0] in "25"
+                                             else ""))
 
 
 def format_bytes(n: float) -> str:

@@ -19,6 +19,8 @@ def test_a_log_axis_is_labelled_in_plain_numbers_at_2_and_5_of_each_decade():
     assert minor(300, 0) == "" and minor(700, 0) == ""
     with pytest.raises(ValueError, match="axis must be"):
         plain_log_ticks(ax, "z")
+    plain_log_ticks(ax, "y", scale=1e9)            # FLOP/s labelled in GFLOP/s
+    assert ax.yaxis.get_major_formatter()(1e11, 0) == "100" and ax.yaxis.get_minor_formatter()(2e10, 0) == "20"
     plain_log_ticks(ax, "x", minor=False)          # many decades: label the decades only
     assert ax.xaxis.get_major_formatter()(1000, 0) == "1000" and ax.xaxis.get_minor_formatter()(200, 0) == ""
     plt.close(fig)
