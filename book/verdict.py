@@ -67,6 +67,8 @@ def _num(x: float, name: str) -> float:
 
 def _fmt(x: float, unit: str, digits: int = 3) -> str:
     unit = unit.strip()   # " steps" and "steps" print alike: one space before the unit
+    if unit == "ms" and abs(x) >= 10_000:             # 40.6 s, not 40,643 ms
+        return _fmt(x / 1e3, "s", digits)
     if unit in ("ms", "s", "us"):
         return f"{x:,.{digits}g} {unit}" if abs(x) < 100 else f"{x:,.{digits - 3}f} {unit}"
     if unit == "x":
@@ -78,7 +80,9 @@ def _fmt(x: float, unit: str, digits: int = 3) -> str:
 
 def _fmt_pair(a: float, b: float, unit: str) -> tuple[str, str]:
     """Two values printed side by side with enough digits that rounding does not invent a gap: 207.5 and 207.48
-    print as 207.5 and 207.5, not 208 and 207 (chapter 00)."""
+    print as 207.5 and 207.5, not 208 and 207; both in one unit (chapter 00)."""
+    if unit.strip() == "ms" and max(abs(a), abs(b)) >= 10_000:
+        a, b, unit = a / 1e3, b / 1e3, "s"
     for digits in (3, 4, 5):
         sa, sb = _fmt(a, unit, digits), _fmt(b, unit, digits)
         if sa == sb or abs(a - b) >= 0.005 * max(abs(a), abs(b)) * 10 ** (3 - digits):

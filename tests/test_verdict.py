@@ -91,6 +91,8 @@ def test_values_a_hair_apart_do_not_print_a_gap_that_rounding_made():
     assert "measured 207.5 GFLOP, predicted 206.9 GFLOP" in V.compare(207.5, 206.9, what="x", unit="GFLOP").text
     assert "measured 208 GFLOP, predicted 150 GFLOP" in V.compare(207.5, 150, what="x", unit="GFLOP").text
     assert "measured 150 ms, predicted 150 ms" in V.compare(150.04, 150.1, what="x", unit="ms").text
+    assert "measured 40.6 s, predicted 33.9 s" in V.compare(40643, 33937, what="x", unit="ms").text
+    assert "measured 11 s, predicted 9.5 s" in V.compare(11000, 9500, what="x", unit="ms").text   # one unit
 
 
 def test_a_ratio_unit_prints_after_the_number_as_the_book_writes_it():
