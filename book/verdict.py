@@ -183,7 +183,14 @@ def trend(xs: Sequence[float], ys: Sequence[float], *, what: str, x_name: str, u
         peak = max(ys_f, key=lambda y: abs(y / y0 - 1))
         return Verdict(f"{what} goes {span} ({r:.2f}x), but reaches {_fmt(peak, unit)} on the way "
                        f"({peak / y0:.2f}x): not flat.", "rises" if peak > y0 else "falls", vals)
-    return Verdict(f"{what} {'rises' if r > 1 else 'falls'} {span} ({r:.2f}x).", "rises" if r > 1 else "falls", vals)
+    extra, inner = "", ys_f[1:-1]
+    if inner:   # an inner point past the far end by over half the net change: say so ("rises" would hide it)
+        top = max(inner) if r > 1 else min(inner)
+        if abs(top - y1) > 0.5 * abs(y1 - y0) and (top > y1) == (r > 1):
+            extra = (f", {'peaking at' if r > 1 else 'dipping to'} {_fmt(top, unit)} at {x_name} = "
+                     f"{xs[1 + inner.index(top)]:,} on the way")
+    return Verdict(f"{what} {'rises' if r > 1 else 'falls'} {span} ({r:.2f}x){extra}.", "rises" if r > 1 else "falls",
+                   vals)
 
 
 def pick(value: float, branches: Sequence[tuple[Callable[[float], bool], str]], *, otherwise: str,

@@ -125,3 +125,10 @@ def test_a_verdict_on_numbers_from_elsewhere_names_their_source():
     assert V.say(True, "x", "")._repr_markdown_().startswith("**On this device:**")
     with pytest.raises(ValueError, match="label"):
         v.labelled(" ")
+
+
+def test_a_rise_through_a_higher_middle_point_names_the_peak():
+    v = V.trend([4.3, 8.6, 13.0], [13.0, 22.2, 18.1], what="P95 TPOT", x_name="rate", unit="ms", flat=0.25)
+    assert v.outcome == "rises" and "peaking at 22.2 ms at rate = 8.6 on the way" in v.text
+    assert "peaking" not in V.trend([1, 2, 3], [10, 15, 20], what="t", x_name="n").text
+    assert "dipping to 5 at n = 2" in V.trend([1, 2, 3], [20, 5, 12], what="t", x_name="n").text
