@@ -111,7 +111,7 @@ def bench_decode(model: str = "Llama-2-7B", *, layers: int | None = None, dtype:
     read_bw, copy_bw, matvec_bw, mv_path = c.read_bw, c.copy_bw, c.matvec_bw(dtype), c.matvec_path(dtype)
     tested = bw_bytes or c.bytes_tested
     out(f"ceilings (measured once, {c.bytes_tested / 2**20:,.0f} MiB): read {read_bw / GB:.1f} GB/s "
-        f"(+-{c.spread('read') / 2:.0%}), copy {copy_bw / GB:.1f} GB/s; matrix-vector ceiling {dtype} "
+        f"(range {c.spread('read'):.0%}), copy {copy_bw / GB:.1f} GB/s; matrix-vector ceiling {dtype} "
         f"{matvec_bw / GB:.1f} GB/s")
     layer_rates = c.matvec_layer.get(dtype) or c.matvec[dtype]
     out(f"one row of {dtype}: {kernels.describe(dev, DTYPE_NAMES[dtype], layer_rates)}")

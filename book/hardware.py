@@ -366,7 +366,7 @@ class Ceilings:
 
         def spread(name: str) -> str:
             n = len(self.samples.get(name, ()))
-            return f"+-{self.spread(name) / 2:.0%} ({n})" if n > 1 else "-"
+            return f"{self.spread(name):.0%} ({n})" if n > 1 else "-"
 
         rows = [(f"read bandwidth ({self.read_kernel})", f"{self.read_bw / GB:,.1f} GB/s",
                  spread("read") if self.read_kernel == "sum" else "-",
@@ -395,13 +395,13 @@ class Ceilings:
             few = self.few_rows.get(name)
             if few:
                 path = self.rows_path(name)
-                rows.append((f"  4 and 16 rows ({path})", f"{few[path] / GB:,.1f} GB/s", "-", "-"))
+                rows.append((f"  batch 4 and 16 ({path})", f"{few[path] / GB:,.1f} GB/s", "-", "-"))
         w = max(len(r[0]) for r in rows)
         if ds:
-            lines = [f"{'ceiling':<{w}}  {'measured':>15}  {'spread (n)':>10}  {'datasheet':>15}"]
+            lines = [f"{'ceiling':<{w}}  {'measured':>15}  {'range (n)':>10}  {'datasheet':>15}"]
             lines += [f"{a:<{w}}  {b:>15}  {c:>10}  {d:>15}" for a, b, c, d in rows]
         else:   # no datasheet column for a device the catalog does not have (keeps the table in the column)
-            lines = [f"{'ceiling':<{w}}  {'measured':>15}  {'spread (n)':>10}"]
+            lines = [f"{'ceiling':<{w}}  {'measured':>15}  {'range (n)':>10}"]
             lines += [f"{a:<{w}}  {b:>15}  {c:>10}" for a, b, c, _ in rows]
         if self.fallbacks:
             fp32 = self.matmul.get("fp32")
@@ -409,7 +409,7 @@ class Ceilings:
             lines.append(f"* a slow fallback here ({each} the fp32 rate;\n  below {FALLBACK_BELOW_FP32}x the fp32 "
                          f"rate a precision is never chosen)")   # two lines: one wrapped in the output column
         lines.append(f"device: {self.device}; bandwidth tensors {self.bytes_tested / 2**20:,.0f} MiB")
-        lines.append("spread: half the range of the (n) samples, taken in turn")
+        lines.append("range: (largest - smallest) / median of the (n) samples, taken in turn")
         lines.append(f"datasheet: {ds.name} ({ds.source})" if ds else "datasheet: none in the catalog for this device")
         if self.cache_file:
             lines.append(f"measured {self.measured_at} once for this build and shared by every chapter\n"

@@ -65,17 +65,23 @@ def _num(x: float, name: str) -> float:
     return float(x)
 
 
+def _sig(x: float, digits: int) -> str:
+    """`digits` significant figures, trailing zeros kept (22.0, not 22, beside a table's 22.0) (chapter 00)."""
+    s = f"{x:#,.{digits}g}"
+    return s[:-1] if s.endswith(".") else s
+
+
 def _fmt(x: float, unit: str, digits: int = 3) -> str:
     unit = unit.strip()   # " steps" and "steps" print alike: one space before the unit
     if unit == "ms" and abs(x) >= 10_000:             # 40.6 s, not 40,643 ms
         return _fmt(x / 1e3, "s", digits)
     if unit in ("ms", "s", "us"):
-        return f"{x:,.{digits}g} {unit}" if abs(x) < 100 else f"{x:,.{digits - 3}f} {unit}"
+        return f"{_sig(x, digits)} {unit}" if abs(x) < 100 else f"{x:,.{digits - 3}f} {unit}"
     if unit == "x":
         return f"{x:,.{digits - 1}f}x"
     if unit:
-        return f"{x:,.{digits}g} {unit}" if abs(x) < 1000 else f"{x:,.{digits - 3}f} {unit}"
-    return f"{x:,.{digits}g}" if abs(x) < 1000 else f"{x:,.{digits - 3}f}"
+        return f"{_sig(x, digits)} {unit}" if abs(x) < 1000 else f"{x:,.{digits - 3}f} {unit}"
+    return _sig(x, digits) if abs(x) < 1000 else f"{x:,.{digits - 3}f}"
 
 
 def _fmt_pair(a: float, b: float, unit: str) -> tuple[str, str]:
@@ -91,11 +97,13 @@ def _fmt_pair(a: float, b: float, unit: str) -> tuple[str, str]:
 
 
 def compare(measured: float, predicted: float, *, what: str, unit: str = "", tol: float = 0.15,
-            spread: float | None = None, above: str = "", below: str = "", against: str = "predicted") -> Verdict:
+            spread: float | None = None, above: str = "", below: str = "", against: str = "predicted",
+            tol_name: str = "") -> Verdict:
     """Measured against predicted: 'agrees' within `tol` (relative), else 'above' or 'below', each followed by the
     known reason the caller gives for that direction; 'noisy' when the measurement's relative `spread` (e.g. IQR /
     median) is larger than both `tol` and the gap, so the data cannot tell. `against` names the reference when it
-    is not a prediction (e.g. "the median") (chapter 00)."""
+    is not a prediction (e.g. "the median"); `tol_name` says where the tolerance comes from when the page prints it
+    in another form (e.g. "the samples' full range", beside a table of half-ranges) (chapter 00)."""
     m, p, tol = _num(measured, "measured"), _num(predicted, "predicted"), _num(tol, "tol")
     if p <= 0 or m < 0 or tol <= 0:
         raise ValueError(f"need predicted > 0, measured >= 0, tol > 0; got {predicted}, {measured}, {tol}")
@@ -109,7 +117,8 @@ def compare(measured: float, predicted: float, *, what: str, unit: str = "", tol
         return Verdict(f"{head}; the run-to-run spread ({spread:.0%}) is larger than the gap, so this run "
                        f"cannot tell whether they agree.", "noisy", vals)
     if gap <= tol:
-        return Verdict(f"{head}: they agree within {tol:.0%}.", "agrees", vals)
+        named = f" ({tol_name})" if tol_name else ""
+        return Verdict(f"{head}: they agree within {tol:.0%}{named}.", "agrees", vals)
     reason = above if r > 1 else below
     side = "above" if r > 1 else "below"
     return Verdict(f"{head}: {side} {ref}" + (f"; {reason.rstrip('.')}." if reason else "."), side, vals)
@@ -145,16 +154,22 @@ def bound(mbu: float, mfu: float, *, what: str = "this step", at_least: float = 
         raise ValueError(f"MBU and MFU must be >= 0, got {mbu}, {mfu}")
     vals = {"mbu": u, "mfu": f}
     over = (" A share above 100% means this run went faster than the ceiling measured earlier: the device's speed "
-            "drifts (chapter 00 prints the ceilings' spread).") if max(u, f) > 1 else ""
+            "drifts (the ceilings table prints their range).") if max(u, f) > 1 else ""
+    pu, pf = _pct(u), _pct(f)
     if u >= at_least and u >= f:
-        return Verdict(f"{what} streams memory at {u:.0%} of {against} and uses {f:.1%} of the "
+        return Verdict(f"{what} streams memory at {pu} of {against} and uses {pf} of the "
                        f"compute roof: it is memory-bound.{over}", "memory-bound", vals)
     if f >= at_least and f > u:
-        return Verdict(f"{what} uses {f:.0%} of the measured matmul rate and {u:.0%} of {against}: it is "
+        return Verdict(f"{what} uses {pf} of the measured matmul rate and {pu} of {against}: it is "
                        f"compute-bound.{over}", "compute-bound", vals)
-    return Verdict(f"{what} reaches only {u:.0%} of {against} and {f:.1%} of the matmul rate: neither "
+    return Verdict(f"{what} reaches only {pu} of {against} and {pf} of the matmul rate: neither "
                    f"roof is reached, so time goes to something else (kernel launches, Python, kernels that "
                    f"stream below the memory's speed).", "neither", vals)
+
+
+def _pct(x: float) -> str:
+    """A share as the book's tables print it: whole percent from 10%, one decimal below (2.4%, not 2%) (chapter 02)."""
+    return f"{x:.0%}" if x >= 0.1 else f"{x:.1%}"
 
 
 def trend(xs: Sequence[float], ys: Sequence[float], *, what: str, x_name: str, unit: str = "",

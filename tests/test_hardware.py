@@ -100,7 +100,7 @@ def test_measured_ceilings_are_cached_in_memory_and_in_the_build_file(monkeypatc
     assert K.matvec_path("cpu", torch.float32, 2**20) == K.cheapest(costs, 2**20)
     table = c2.table()
     for needle in ("read bandwidth", "matmul fp32", "none in the catalog", "matrix-vector fp32",
-                   "spread (n)", "shared by every chapter"):
+                   "range (n)", "shared by every chapter"):
         assert needle in table, needle
 
 
@@ -123,7 +123,7 @@ def test_the_decoders_path_follows_layer_sized_matrices_not_the_ceiling():
     assert "1 MiB weights (mv)" in c.table()
     assert hw.Ceilings.from_json(c.to_json()).matvec_call == c.matvec_call
     c = replace(c, few_rows={"bf16": {"linear": 1e11, "wx": 3e11}})
-    assert c.rows_path("bf16") == "wx" and "4 and 16 rows (wx)" in c.table()
+    assert c.rows_path("bf16") == "wx" and "batch 4 and 16 (wx)" in c.table()
     assert hw.Ceilings.from_json(c.to_json()).few_rows == c.few_rows
 
 

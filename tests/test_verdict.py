@@ -60,7 +60,7 @@ def test_verdicts_render_as_markdown_and_reject_bad_input():
 
 def test_compare_can_name_a_reference_that_is_not_a_prediction():
     v = V.compare(60, 40, what="first call", unit="ms", against="the median", above="one-off costs")
-    assert "the median 40 ms" in v.text and "above the median" in v.text and "predicted" not in v.text
+    assert "the median 40.0 ms" in v.text and "above the median" in v.text and "predicted" not in v.text
 
 
 def test_a_factor_of_two_below_counts_as_far_as_a_factor_of_two_above():
@@ -77,6 +77,7 @@ def test_bound_names_the_bandwidth_it_was_measured_against():
 def test_bound_explains_a_share_above_one():
     over = V.bound(0.03, 1.18, what="a pass")
     assert over.outcome == "compute-bound" and "118%" in over.text and "drifts" in over.text
+    assert "and 3.0% of" in over.text and "reaches only 29% of" in V.bound(0.29, 0.103).text   # as tables print
     assert "drifts" in V.bound(1.08, 0.01).text
     assert "drifts" not in V.bound(0.9, 0.01).text and "drifts" not in V.bound(0.2, 0.8).text
 
@@ -92,7 +93,7 @@ def test_values_a_hair_apart_do_not_print_a_gap_that_rounding_made():
     assert "measured 208 GFLOP, predicted 150 GFLOP" in V.compare(207.5, 150, what="x", unit="GFLOP").text
     assert "measured 150 ms, predicted 150 ms" in V.compare(150.04, 150.1, what="x", unit="ms").text
     assert "measured 40.6 s, predicted 33.9 s" in V.compare(40643, 33937, what="x", unit="ms").text
-    assert "measured 11 s, predicted 9.5 s" in V.compare(11000, 9500, what="x", unit="ms").text   # one unit
+    assert "measured 11.0 s, predicted 9.50 s" in V.compare(11000, 9500, what="x", unit="ms").text   # one unit
 
 
 def test_a_ratio_unit_prints_after_the_number_as_the_book_writes_it():
@@ -131,4 +132,16 @@ def test_a_rise_through_a_higher_middle_point_names_the_peak():
     v = V.trend([4.3, 8.6, 13.0], [13.0, 22.2, 18.1], what="P95 TPOT", x_name="rate", unit="ms", flat=0.25)
     assert v.outcome == "rises" and "peaking at 22.2 ms at rate = 8.6 on the way" in v.text
     assert "peaking" not in V.trend([1, 2, 3], [10, 15, 20], what="t", x_name="n").text
-    assert "dipping to 5 at n = 2" in V.trend([1, 2, 3], [20, 5, 12], what="t", x_name="n").text
+    assert "dipping to 5.00 at n = 2" in V.trend([1, 2, 3], [20, 5, 12], what="t", x_name="n").text
+
+
+def test_trailing_zeros_are_kept_so_a_verdict_reads_like_the_table_beside_it():
+    v = V.compare(22.0, 19.8, what="sweep", unit="GB/s", tol=0.2, against="read bandwidth")
+    assert "measured 22.0 GB/s" in v.text and "read bandwidth 19.8 GB/s" in v.text
+    assert V._fmt(99.96, "ms") == "100 ms" and V._fmt(2.4, "s") == "2.40 s"
+
+
+def test_compare_names_where_its_tolerance_comes_from():
+    v = V.compare(21, 19.8, what="sweep", unit="GB/s", tol=0.41, tol_name="the samples' full range")
+    assert v.outcome == "agrees" and "within 41% (the samples' full range)." in v.text
+    assert "(" not in V.compare(21, 19.8, what="sweep", tol=0.41).text.split("within")[1]
