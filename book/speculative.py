@@ -470,6 +470,13 @@ class GammaPoint:
         return [r for run in self.runs for r in run.rounds]
 
     @property
+    def tokens_per_round(self) -> float:
+        """Tokens a full round yields, the drafts kept plus the target's own: the measured side of
+        `expected_tokens` (the prefill's token and the short last rounds at the token limit left out) (chapter 05)."""
+        full = [r.accepted + 1 for r in self.rounds if len(r.proposed) == self.gamma]
+        return sum(full) / len(full) if full else math.nan
+
+    @property
     def draft_call_s(self) -> float:
         """Seconds per draft call inside the runs (drafting time over draft calls); nan for a draft with no calls
         (chapter 05)."""

@@ -1,4 +1,6 @@
 """book.speculative: windows, the loop detector and acceptance rates on tiny random models (appendix A)."""
+import math
+
 import pytest
 import torch
 
@@ -261,3 +263,14 @@ def test_hf_assisted_sampling_passes_the_same_test():
     assert set(r["broken_tv"]) == {"no residual", "no ratio"}
     with pytest.raises(ValueError, match="temperature"):
         hf_sampling_test(hf_t, hf_d, [5, 9], temperature=0)
+
+
+def test_tokens_per_round_counts_full_rounds_only_as_the_formula_does():
+    spec = speculative
+    full = [spec.Round(0, 0, 0, [1, 2, 3], a, 9) for a in (3, 0, 1)]   # 4, 1 and 2 tokens
+    short = spec.Round(0, 0, 0, [1], 1, 9)                             # cut by the token limit
+    run = spec.Run(tokens=list(range(8)), rounds=full + [short], gamma=3)
+    p = spec.GammaPoint(3, 1.0, 8, 5, 4, 0.5, 0, [run])
+    assert p.tokens_per_round == pytest.approx(7 / 3)
+    assert p.tokens_per_call == pytest.approx(8 / 5)     # the prefill's pass and token included
+    assert math.isnan(spec.GammaPoint(3, 1.0, 1, 1, 0, 0.5, 0, [spec.Run([0], [short], 3)]).tokens_per_round)
