@@ -12,6 +12,7 @@ from datetime import datetime
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
 
 from .device import as_device, device_name, last_level_cache_bytes, memory_bytes
 from .timing import Timing, time_fn
@@ -217,9 +218,12 @@ def bf16_is_fast(device: torch.device | str | None = None) -> bool:
 
 def measure_matmul(dtype: str = "fp32", device: torch.device | str | None = None, *, n: int | None = None,
                    repeats: int = 5, target_s: float | None = None) -> tuple[float, int, Timing]:
-    """Matmul rate in FLOP/s of an n x n @ n x n product (2n^3 FLOPs); returns (rate, n, timing) (chapter 00).
+    """Matmul rate in FLOP/s of an n x n by n x n product (2n^3 FLOPs) through F.linear, the call a model's layers
+    make (on some CPUs `a @ b` in bf16 takes a path several times slower); returns (rate, n, timing) (chapter 00).
 
-    Without `n`, the size doubles from 256 until one product lasts `target_s` (GPU: also n >= 4096).
+    Without `n`, the size doubles from 256 until one product lasts `target_s` (GPU: also n >= 4096), and on while
+    the rate still rises by a fifth a doubling (a slow path, such as bf16 on a CPU without it, is slow enough to time
+    at n = 256 long before it reaches its own peak), as long as the next product would take under half a second.
     """
     if dtype not in DTYPES:
         raise ValueError(f"unknown matmul precision {dtype!r}; use one of {list(DTYPES)}")
@@ -231,18 +235,20 @@ def measure_matmul(dtype: str = "fp32", device: torch.device | str | None = None
     torch.backends.cuda.matmul.allow_tf32 = dtype == "tf32"
     try:
         if n is None:
-            n, cap = 256, (16384 if dev.type == "cuda" else 4096)
-            while True:
+            n, cap, prev = 256, (16384 if dev.type == "cuda" else 4096), 0.0
+            while n < cap:
                 a = torch.randn(n, n, device=dev).to(tdtype)
-                t = time_fn(lambda: a @ a, device=dev, warmup=1, repeats=1)
-                if (t.median >= target_s and (dev.type != "cuda" or n >= 4096)) or n >= cap:
+                t = time_fn(lambda: F.linear(a, a), device=dev, warmup=1, repeats=1)
+                rate = 2 * n**3 / t.median
+                if (t.median >= target_s and (dev.type != "cuda" or n >= 4096)
+                        and (rate < 1.2 * prev or 8 * t.median > 0.5)):
                     break
-                n *= 2
+                prev, n = rate, n * 2
         if n <= 0:
             raise ValueError(f"matrix size must be positive, got {n}")
         a = torch.randn(n, n, device=dev).to(tdtype)
         b = torch.randn(n, n, device=dev).to(tdtype)
-        t = time_fn(lambda: a @ b, device=dev, warmup=2, repeats=repeats)
+        t = time_fn(lambda: F.linear(a, b), device=dev, warmup=2, repeats=repeats)
     finally:
         torch.backends.cuda.matmul.allow_tf32 = allow
     return 2 * n**3 / t.median, n, t
@@ -540,7 +546,7 @@ def measured_ceilings(device: torch.device | str | None = None, *, refresh: bool
             for name in dtypes:
                 a, b = operands[name]
                 torch.backends.cuda.matmul.allow_tf32 = name == "tf32"
-                t = time_fn(lambda: a @ b, device=dev, warmup=1, repeats=1)
+                t = time_fn(lambda: F.linear(a, b), device=dev, warmup=1, repeats=1)
                 samples[f"matmul {name}"].append(2 * sizes[name] ** 3 / t.median)
     finally:
         torch.backends.cuda.matmul.allow_tf32 = allow

@@ -113,7 +113,8 @@ def caption(entries: list[Published], width: int = 80) -> str:
     """'Published, not measured by the book:' and one line per entry with its setup and source (chapter 01)."""
     lines = ["Published, not measured by the book:"]
     for p in entries:
-        what = p.model if p.precision == NOT_STATED else f"{p.model} ({p.precision})"
+        what = (p.model if p.precision == NOT_STATED else       # one parenthesis: "(masked diffusion, ..., bf16)"
+                f"{p.model[:-1]}, {p.precision})" if p.model.endswith(")") else f"{p.model} ({p.precision})")
         where = "hardware not stated" if p.hardware == NOT_STATED else f"on {p.hardware}"
         lines.append(textwrap.fill(f"{p.who}: {what}, {where}; {p.setup}.", width,
                                    initial_indent="  ", subsequent_indent="    "))

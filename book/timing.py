@@ -14,12 +14,14 @@ __all__ = ["Timing", "time_fn", "format_seconds"]
 
 
 def format_seconds(s: float) -> str:
-    """Format a duration with a sensible unit: '812 µs', '12.3 ms', '1.42 s' (chapter 00)."""
-    if s < 1e-3:
-        return f"{s * 1e6:.3g} µs"
-    if s < 1.0:
-        return f"{s * 1e3:.3g} ms"
-    return f"{s:.3g} s"
+    """Format a duration with a sensible unit and three significant figures, trailing zeros kept: '812 µs',
+    '12.3 ms', '30.0 ms', '1.42 s' (chapter 00)."""
+    for scale, unit in ((1e-6, "µs"), (1e-3, "ms"), (1.0, "s")):
+        if unit == "s" or abs(s) < 1000 * scale:
+            text = f"{s / scale:#.3g}"
+            if "e" not in text:          # 999.96 ms rounds to 1.00e+03: the next unit says it better
+                return f"{text.rstrip('.')} {unit}"
+    return f"{s:,.0f} s"
 
 
 def _quantile(sorted_xs: list[float], q: float) -> float:

@@ -73,7 +73,7 @@ def _sig(x: float, digits: int) -> str:
 
 def _fmt(x: float, unit: str, digits: int = 3) -> str:
     unit = unit.strip()   # " steps" and "steps" print alike: one space before the unit
-    if unit == "ms" and abs(x) >= 10_000:             # 40.6 s, not 40,643 ms
+    if unit == "ms" and abs(x) >= 1000:               # 7.68 s, not 7,676 ms (as format_seconds prints)
         return _fmt(x / 1e3, "s", digits)
     if unit in ("ms", "s", "us"):
         return f"{_sig(x, digits)} {unit}" if abs(x) < 100 else f"{x:,.{digits - 3}f} {unit}"
@@ -87,7 +87,7 @@ def _fmt(x: float, unit: str, digits: int = 3) -> str:
 def _fmt_pair(a: float, b: float, unit: str) -> tuple[str, str]:
     """Two values printed side by side with enough digits that rounding does not invent a gap: 207.5 and 207.48
     print as 207.5 and 207.5, not 208 and 207; both in one unit (chapter 00)."""
-    if unit.strip() == "ms" and max(abs(a), abs(b)) >= 10_000:
+    if unit.strip() == "ms" and max(abs(a), abs(b)) >= 1000:    # 7.68 s and 4.14 s, as format_seconds prints
         a, b, unit = a / 1e3, b / 1e3, "s"
     for digits in (3, 4, 5):
         sa, sb = _fmt(a, unit, digits), _fmt(b, unit, digits)
@@ -145,10 +145,11 @@ def ratio(a: float, b: float, *, a_name: str, b_name: str, what: str = "time", t
 
 
 def bound(mbu: float, mfu: float, *, what: str = "this step", at_least: float = 0.5,
-          against: str = "the measured read bandwidth") -> Verdict:
+          against: str = "the measured read bandwidth", roof: str | None = None) -> Verdict:
     """Which roof a measured kernel sits under: memory-bound when it streams at least `at_least` of the measured
     bandwidth (MBU, taken `against` the bandwidth it names) and uses less of the compute roof (MFU); compute-bound
-    the other way round; 'neither' when both are below `at_least` (overheads dominate) (chapter 02)."""
+    the other way round; 'neither' when both are below `at_least` (overheads dominate), with the reasons that fit
+    the roof the roofline predicts for it (`roof`: "memory" or "compute") (chapter 02)."""
     u, f = _num(mbu, "MBU"), _num(mfu, "MFU")
     if u < 0 or f < 0:
         raise ValueError(f"MBU and MFU must be >= 0, got {mbu}, {mfu}")
@@ -162,9 +163,11 @@ def bound(mbu: float, mfu: float, *, what: str = "this step", at_least: float = 
     if f >= at_least and f > u:
         return Verdict(f"{what} uses {pf} of the measured matmul rate and {pu} of {against}: it is "
                        f"compute-bound.{over}", "compute-bound", vals)
+    why = ("products that run below the peak rate at these shapes, attention and element-wise work, kernel "
+           "launches, Python" if roof == "compute" else
+           "kernel launches, Python, kernels that stream below the memory's speed")
     return Verdict(f"{what} reaches only {pu} of {against} and {pf} of the matmul rate: neither "
-                   f"roof is reached, so time goes to something else (kernel launches, Python, kernels that "
-                   f"stream below the memory's speed).", "neither", vals)
+                   f"roof is reached, so time goes to something else ({why}).", "neither", vals)
 
 
 def _pct(x: float) -> str:

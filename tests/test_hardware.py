@@ -170,3 +170,20 @@ def test_a_slow_rate_keeps_its_digits_in_gflops():
                        matmul={"fp32": 1.2e11, "bf16": 2.5e11}, matmul_sizes={"fp32": 1, "bf16": 1}).table()
     assert "0.120 TFLOP/s" in fast and "0.250 TFLOP/s" in fast and "fallback" not in fast
     assert c.matmul_text("bf16") == "1.23 GFLOP/s" and c.matmul_text("fp32") == "120 GFLOP/s"   # chapter 02's lines
+
+
+def test_matmul_size_grows_while_a_slow_path_is_still_speeding_up(monkeypatch):
+    """A slow path times well at n = 256 but is far from its peak there: the search goes on while the rate rises
+    and the next product stays short, and stops at once for a rate that is already flat."""
+    def fake_time_fn(rates):
+        def time_fn(fn, **kw):
+            n = next(c.cell_contents for c in fn.__closure__ if isinstance(c.cell_contents, torch.Tensor)).shape[0]
+            return hw.Timing(times=(2 * n**3 / rates(n),), device="cpu")
+        return time_fn
+    rising = {256: 1e9, 512: 5e9, 1024: 20e9, 2048: 21e9, 4096: 21e9}
+    monkeypatch.setattr(hw, "time_fn", fake_time_fn(rising.get))
+    assert hw.measure_matmul("fp32", "cpu")[1] == 1024     # 1024 -> 2048 would take 8 x 107 ms
+    monkeypatch.setattr(hw, "time_fn", fake_time_fn(lambda n: 1e9))
+    assert hw.measure_matmul("fp32", "cpu")[1] == 512      # flat: one doubling to see that it is
+    monkeypatch.setattr(hw, "time_fn", fake_time_fn(lambda n: 1e12))
+    assert hw.measure_matmul("fp32", "cpu")[1] == 4096     # fast: 17 ms at 2048 is not long enough yet

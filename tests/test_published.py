@@ -81,3 +81,9 @@ def test_caption_does_not_print_what_a_source_leaves_unstated():
     assert "Gemini Diffusion, hardware not stated;" in text
     assert "(not stated)" not in text and "on not stated" not in text
     assert "Llama-2-7B (bf16), on A100 80GB;" in text
+
+
+def test_caption_puts_the_precision_inside_a_models_own_parenthesis():
+    entry = next(p for p in P.load().values() if p.model.endswith(")") and p.precision != P.NOT_STATED)
+    text = P.caption([entry], width=400)
+    assert f"{entry.model[:-1]}, {entry.precision})" in text and ") (" not in text

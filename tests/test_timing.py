@@ -10,7 +10,7 @@ def test_timing_statistics():
     assert t.min == 1.0 and t.max == 100.0
     assert t.iqr == pytest.approx(2.0)          # quartiles 2 and 4
     assert t.spread == pytest.approx(2.0 / 3.0)
-    assert "3 s median" in str(t)
+    assert "3.00 s median" in str(t)
 
 
 def test_timing_needs_a_repeat():
@@ -44,6 +44,8 @@ def test_time_fn_rejects_bad_arguments(kwargs):
 
 
 def test_format_seconds():
-    assert format_seconds(2.5e-6) == "2.5 µs"
+    assert format_seconds(2.5e-6) == "2.50 µs"
     assert format_seconds(0.0123) == "12.3 ms"
-    assert format_seconds(3.0) == "3 s"
+    assert format_seconds(3.0) == "3.00 s" and format_seconds(0.030) == "30.0 ms"   # as precise as 44.3 ms
+    assert format_seconds(0.99996) == "1.00 s" and format_seconds(999.6e-6) == "1.00 ms"
+    assert format_seconds(123.4) == "123 s" and format_seconds(4321) == "4,321 s"

@@ -92,6 +92,8 @@ def test_values_a_hair_apart_do_not_print_a_gap_that_rounding_made():
     assert "measured 207.5 GFLOP, predicted 206.9 GFLOP" in V.compare(207.5, 206.9, what="x", unit="GFLOP").text
     assert "measured 208 GFLOP, predicted 150 GFLOP" in V.compare(207.5, 150, what="x", unit="GFLOP").text
     assert "measured 150 ms, predicted 150 ms" in V.compare(150.04, 150.1, what="x", unit="ms").text
+    assert "measured 7.68 s, predicted 4.14 s" in V.compare(7676, 4144, what="x", unit="ms").text
+    assert "measured 1.58 s, predicted 998 ms" not in V.compare(1577, 998, what="x", unit="ms").text
     assert "measured 40.6 s, predicted 33.9 s" in V.compare(40643, 33937, what="x", unit="ms").text
     assert "measured 11.0 s, predicted 9.50 s" in V.compare(11000, 9500, what="x", unit="ms").text   # one unit
 
@@ -145,3 +147,8 @@ def test_compare_names_where_its_tolerance_comes_from():
     v = V.compare(21, 19.8, what="sweep", unit="GB/s", tol=0.41, tol_name="the samples' full range")
     assert v.outcome == "agrees" and "within 41% (the samples' full range)." in v.text
     assert "(" not in V.compare(21, 19.8, what="sweep", tol=0.41).text.split("within")[1]
+
+
+def test_bound_gives_reasons_that_fit_the_predicted_roof():
+    assert "below the peak rate" in V.bound(0.03, 0.45, roof="compute").text
+    assert "stream below the memory's speed" in V.bound(0.3, 0.01).text
