@@ -103,7 +103,7 @@ def compare(measured: float, predicted: float, *, what: str, unit: str = "", tol
     known reason the caller gives for that direction; 'noisy' when the measurement's relative `spread` (e.g. IQR /
     median) is larger than both `tol` and the gap, so the data cannot tell. `against` names the reference when it
     is not a prediction (e.g. "the median"); `tol_name` says where the tolerance comes from when the page prints it
-    in another form (e.g. "the samples' full range", beside a table of half-ranges) (chapter 00)."""
+    elsewhere (e.g. "the read samples' range in the table") (chapter 00)."""
     m, p, tol = _num(measured, "measured"), _num(predicted, "predicted"), _num(tol, "tol")
     if p <= 0 or m < 0 or tol <= 0:
         raise ValueError(f"need predicted > 0, measured >= 0, tol > 0; got {predicted}, {measured}, {tol}")
