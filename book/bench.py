@@ -94,11 +94,13 @@ def bench_decode(model: str = "Llama-2-7B", *, layers: int | None = None, dtype:
     out(f"device: {dev.type} - {device_name(dev)}; torch {torch.__version__}"
         + (f"; last-level cache {llc / 2**20:,.0f} MiB" if llc else ""))
     c = measured_ceilings(dev)
-    # bf16 halves the bytes a step reads, where this device has a real bf16 kernel; else fp32 (chapter 02)
-    dtype = dtype or ("bf16" if "bf16" in c.matvec else "fp32")
+    # the precision whose one-row products stream the most weights per second here (chapter 02)
+    if dtype is None:
+        dtype = c.decode_dtype()
+        out(f"{c.decode_text()}: chosen (--dtype picks another)")
     if dtype not in c.matvec:
-        raise ValueError(f"{dtype} is only a slow fallback on {c.device} (not clearly faster than fp32); use --dtype "
-                         f"{c.fastest(('bf16', 'fp32'))}")
+        raise ValueError(f"no one-row product was measured in {dtype} on {c.device}; use --dtype "
+                         f"{' or '.join(c.matvec)}")
     t0 = time.perf_counter()
     ref = build_random(arch, dtype=dtype, device=dev, seed=seed)
     book = Llama.from_hf(ref)
@@ -652,12 +654,14 @@ def main(argv: list[str] | None = None) -> int:
     d = sub.add_parser("decode", help="book decoder vs HF generate: bytes per step, bandwidth, MBU",
                        description="Greedy decoding of a random-weight model of a real shape, with the book's decoder "
                                    "and with Hugging Face generate, timed step by step. Defaults: on CPU the "
-                                   "Llama-2-7B shape with 4 of its 32 layers in bf16 (1.9 GB read per step); on CUDA "
-                                   "the full Llama-2-7B in bf16 with the compiled (CUDA-graph) decode step.")
+                                   "Llama-2-7B shape with 4 of its 32 layers (1.9 GB read per step in bf16); on CUDA "
+                                   "the full Llama-2-7B with the compiled (CUDA-graph) decode step; in the precision "
+                                   "whose one-row products stream the most weights per second on this device.")
     d.add_argument("--model", default="Llama-2-7B", help="catalog architecture (default Llama-2-7B)")
     d.add_argument("--layers", type=int, default=None, help="number of layers (default: 4 on CPU, all on GPU)")
     d.add_argument("--dtype", choices=list(DTYPE_NAMES), default=None,
-                   help="weights (default bf16 where this device has a fast bf16 kernel, else fp32)")
+                   help="weights (default: the most weights per second through one-row "
+                   "products here, measured; bf16 unless another streams 1.25x as many)")
     d.add_argument("--batch", type=int, default=1, help="sequences decoded together (default 1)")
     d.add_argument("--prompt", type=int, default=64, help="prompt tokens per sequence (default 64)")
     d.add_argument("--steps", type=int, default=None, help="timed decode steps (default 32 CPU, 64 GPU)")

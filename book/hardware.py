@@ -255,9 +255,16 @@ def measure_matmul(dtype: str = "fp32", device: torch.device | str | None = None
 
 
 #: A low-precision matmul that is not at least this many times as fast as fp32 is only a fallback on this device (fp16
-#: on most CPUs): it is labelled as such and never chosen as the chapter's precision. (Real fast paths are 2x and more;
+#: on most CPUs): it is labelled as such and never chosen as a chapter's precision for matrix products (a batch-1
+#: decode step is chosen by streaming rate instead, DECODE_SWITCH). (Real fast paths are 2x and more;
 #: a margin keeps run-to-run noise from flipping the label.)
 FALLBACK_BELOW_FP32 = 1.25
+
+#: A batch-1 decode step reads its weights and hardly computes, so its precision is chosen by weights streamed per
+#: second through one-row products, not by matmul rate. A precision listed later (fp16 after bf16, fp32 after both)
+#: replaces an earlier one only when it streams at least this many times as many weights: two kernels reading the
+#: same bytes differ by less than that from run to run, and bf16 keeps fp32's range.
+DECODE_SWITCH = 1.25
 
 
 @dataclass(frozen=True)
@@ -316,6 +323,40 @@ class Ceilings:
     def fastest(self, dtypes: tuple[str, ...] = ("bf16", "fp16", "fp32")) -> str:
         """The precision in `dtypes` with the highest measured matmul rate; ties go to the first (chapter 01)."""
         return max(dtypes, key=lambda d: self.matmul.get(d, 0.0))
+
+    def weights_per_s(self, dtype: str) -> float:
+        """Weights (parameters) per second the decoder's one-row path streams in `dtype` over 4096-row layers read in
+        turn, as a decode step reads them (over one large matrix where layers were not measured) (chapter 02)."""
+        rates = self.matvec_layer.get(dtype) or self.matvec.get(dtype)
+        if not rates:
+            raise ValueError(f"no matrix-vector rate measured for {dtype}; measured: {sorted(self.matvec)}")
+        from .models import dtype_bytes
+        return max(rates.values()) / dtype_bytes(dtype)
+
+    def decode_dtype(self, dtypes: tuple[str, ...] = ("bf16", "fp16", "fp32")) -> str:
+        """The precision a batch-1 decode step runs fastest in here: the most weights per second through one-row
+        products (`weights_per_s`), which need not be the fastest matmul (`fastest`); one listed later replaces an
+        earlier only when it streams DECODE_SWITCH x as many. Where no one-row product was measured, `fastest`
+        (chapter 02)."""
+        best = None
+        for d in dtypes:
+            if d not in self.matvec:
+                continue
+            if best is None or self.weights_per_s(d) >= DECODE_SWITCH * self.weights_per_s(best):
+                best = d
+        return best or self.fastest(dtypes)
+
+    def decode_text(self, dtypes: tuple[str, ...] = ("bf16", "fp16", "fp32")) -> str:
+        """One line: the batch-1 decode precision and each measured precision's weights per second (chapter 02)."""
+        have = [d for d in dtypes if d in self.matvec]
+        if not have:
+            return f"batch-1 decode precision: {self.fastest(dtypes)} (no one-row product measured)"
+        best = self.decode_dtype(dtypes)
+        rest = ", ".join(f"{d} {self.weights_per_s(d) / 1e9:.2f}" for d in have if d != best)
+        if any(self.weights_per_s(d) > self.weights_per_s(best) for d in have):   # say why a higher rate lost
+            rest += f"; another replaces {best} only at {DECODE_SWITCH}x"
+        return (f"batch-1 decode precision: {best}, {self.weights_per_s(best) / 1e9:.2f} G weights/s through "
+                f"one-row products" + (f" ({rest})" if rest else ""))
 
     def ridge_point(self, dtype: str = "fp32") -> float:
         """Measured FLOPs per byte where this device's roofline bends: matmul rate / read bandwidth (chapter 02)."""
@@ -385,9 +426,12 @@ class Ceilings:
             rows.append((label, self.matmul_text(name), spread(f"matmul {name}"), sheet))
         if self.read_kernel != "sum":
             rows.append(("read bandwidth (sum)", f"{self.read_sum_bw / GB:,.1f} GB/s", spread("read"), "-"))
+        chosen = {self.fastest(tuple(self.matvec)), self.decode_dtype(tuple(self.matvec))} if self.matvec else set()
         for name in self.matvec:
             rows.append((f"matrix-vector {name} ({self.matvec_ceiling_path(name)})",
                          f"{self.matvec_bw(name) / GB:,.1f} GB/s", "-", "-"))
+            if name not in chosen:     # the detail rows only for the precisions the book computes in
+                continue
             layer = self.matvec_layer.get(name)
             if layer:
                 path = self.matvec_path(name)
@@ -413,7 +457,9 @@ class Ceilings:
             fp32 = self.matmul.get("fp32")
             each = ", ".join(f"{d} {self.matmul[d] / fp32:.2f}x" if fp32 else d for d in self.fallbacks)
             lines.append(f"* a slow fallback here ({each} the fp32 rate;\n  below {FALLBACK_BELOW_FP32}x the fp32 "
-                         f"rate a precision is never chosen)")   # two lines: one wrapped in the output column
+                         f"rate a precision is never chosen for matrix products)")   # two lines: one wrapped in the output column
+        if len(self.matvec) > 1:
+            lines.append(self.decode_text(tuple(self.matvec)).replace(" through", "\n  through"))
         lines.append(f"device: {self.device}; bandwidth tensors {self.bytes_tested / 2**20:,.0f} MiB")
         lines.append("range: (largest - smallest) / median of the (n) samples, taken in turn")
         lines.append(f"datasheet: {ds.name} ({ds.source})" if ds else "datasheet: none in the catalog for this device")
@@ -559,9 +605,10 @@ def measured_ceilings(device: torch.device | str | None = None, *, refresh: bool
                  samples={k: tuple(v) for k, v in samples.items()},
                  measured_at=datetime.now().strftime("%Y-%m-%d %H:%M"))
     matvec, failed, layer, few, call = {}, {}, {}, {}, {}
+    # Every precision gets its one-row products measured, a slow-fallback matmul included: a decode step streams
+    # weights, and a precision whose matmul is slow can still stream them fastest (bf16 on a CPU without bf16
+    # instructions). Only a few rows, which is matmul work, is left out for a fallback.
     for name in dict.fromkeys("fp32" if d == "tf32" else d for d in dtypes):
-        if name in c.fallbacks:
-            continue
         r = kernels.measure_matvec(min(nbytes, 2 * 2**30), dev, DTYPES[name], choose=False)
         matvec[name], failed[name] = dict(r), dict(r.failed)
         # The decoder's choice is made on layer-sized matrices read in turn, as a decode step reads them (a kernel
@@ -572,7 +619,8 @@ def measured_ceilings(device: torch.device | str | None = None, *, refresh: bool
         # and the fixed cost a call, on small weights, so a small model's layers take the path quickest for them
         call[name] = kernels.measure_call_cost(tuple(layer[name]), dev, DTYPES[name])
         # and a few rows (a batched step, a verification pass) on layers of 4096 x 4096, read in turn
-        few[name] = kernels.measure_rows(dev, DTYPES[name], nbytes=min(nbytes, 2**30))
+        if name not in c.fallbacks:
+            few[name] = kernels.measure_rows(dev, DTYPES[name], nbytes=min(nbytes, 2**30))
     c = replace(c, matvec=matvec, matvec_failed=failed, matvec_layer=layer, few_rows=few, matvec_call=call)
     for name in matvec:
         kernels.set_matvec_costs(dev, DTYPES[name], c.matvec_costs(name))

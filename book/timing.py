@@ -10,18 +10,25 @@ import torch
 
 from .device import as_device, synchronize
 
-__all__ = ["Timing", "time_fn", "format_seconds"]
+__all__ = ["Timing", "time_fn", "format_seconds", "time_unit"]
+
+
+def time_unit(s: float, digits: int = 3) -> tuple[float, str]:
+    """(scale, unit) a duration of `s` seconds prints in: µs below a millisecond, ms below a second, s above,
+    judged after rounding to `digits` significant figures, so 999.96 ms is '1.00 s', not '1.00e+03 ms'. The one
+    rule for `format_seconds` and the verdicts (chapter 00)."""
+    for scale, unit in ((1e-6, "µs"), (1e-3, "ms")):
+        if float(f"{abs(s) / scale:.{digits}g}") < 1000:
+            return scale, unit
+    return 1.0, "s"
 
 
 def format_seconds(s: float) -> str:
-    """Format a duration with a sensible unit and three significant figures, trailing zeros kept: '812 µs',
-    '12.3 ms', '30.0 ms', '1.42 s' (chapter 00)."""
-    for scale, unit in ((1e-6, "µs"), (1e-3, "ms"), (1.0, "s")):
-        if unit == "s" or abs(s) < 1000 * scale:
-            text = f"{s / scale:#.3g}"
-            if "e" not in text:          # 999.96 ms rounds to 1.00e+03: the next unit says it better
-                return f"{text.rstrip('.')} {unit}"
-    return f"{s:,.0f} s"
+    """Format a duration with a sensible unit (`time_unit`) and three significant figures, trailing zeros kept:
+    '812 µs', '12.3 ms', '30.0 ms', '1.42 s' (chapter 00)."""
+    scale, unit = time_unit(s)
+    text = f"{s / scale:#.3g}"
+    return f"{text.rstrip('.')} {unit}" if "e" not in text else f"{s:,.0f} s"
 
 
 def _quantile(sorted_xs: list[float], q: float) -> float:

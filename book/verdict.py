@@ -11,7 +11,9 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Callable, Sequence
 
-__all__ = ["Verdict", "compare", "ratio", "bound", "trend", "pick", "say", "OUTCOMES"]
+from .timing import time_unit
+
+__all__ = ["Verdict", "compare", "ratio", "bound", "trend", "pick", "say", "inversions", "OUTCOMES"]
 
 #: The outcomes a verdict can have; unit tests drive each of them with contrasting numbers.
 OUTCOMES = ("agrees", "above", "below", "noisy", "memory-bound", "compute-bound", "neither", "rises", "falls",
@@ -73,7 +75,7 @@ def _sig(x: float, digits: int) -> str:
 
 def _fmt(x: float, unit: str, digits: int = 3) -> str:
     unit = unit.strip()   # " steps" and "steps" print alike: one space before the unit
-    if unit == "ms" and abs(x) >= 1000:               # 7.68 s, not 7,676 ms (as format_seconds prints)
+    if unit == "ms" and time_unit(x / 1e3, digits)[1] == "s":    # 7.68 s, not 7,676 ms (as format_seconds)
         return _fmt(x / 1e3, "s", digits)
     if unit in ("ms", "s", "us"):
         return f"{_sig(x, digits)} {unit}" if abs(x) < 100 else f"{x:,.{digits - 3}f} {unit}"
@@ -84,34 +86,37 @@ def _fmt(x: float, unit: str, digits: int = 3) -> str:
     return _sig(x, digits) if abs(x) < 1000 else f"{x:,.{digits - 3}f}"
 
 
-def _fmt_pair(a: float, b: float, unit: str) -> tuple[str, str]:
-    """Two values printed side by side with enough digits that rounding does not invent a gap: 207.5 and 207.48
-    print as 207.5 and 207.5, not 208 and 207; both in one unit (chapter 00)."""
-    if unit.strip() == "ms" and max(abs(a), abs(b)) >= 1000:    # 7.68 s and 4.14 s, as format_seconds prints
+def _fmt_pair(a: float, b: float, unit: str, digits: int = 3) -> tuple[str, str]:
+    """Two values printed side by side, with at least `digits` significant figures and enough more that rounding
+    does not invent a gap: 207.5 and 207.48 print as 207.5 and 207.5, not 208 and 207; both in one unit
+    (chapter 00)."""
+    if unit.strip() == "ms" and time_unit(max(abs(a), abs(b)) / 1e3)[1] == "s":   # 7.68 s and 4.14 s, both in s
         a, b, unit = a / 1e3, b / 1e3, "s"
-    for digits in (3, 4, 5):
-        sa, sb = _fmt(a, unit, digits), _fmt(b, unit, digits)
-        if sa == sb or abs(a - b) >= 0.005 * max(abs(a), abs(b)) * 10 ** (3 - digits):
+    for d in range(digits, max(digits, 5) + 1):
+        sa, sb = _fmt(a, unit, d), _fmt(b, unit, d)
+        if sa == sb or abs(a - b) >= 0.005 * max(abs(a), abs(b)) * 10 ** (3 - d):
             return sa, sb
     return sa, sb
 
 
 def compare(measured: float, predicted: float, *, what: str, unit: str = "", tol: float = 0.15,
             spread: float | None = None, above: str = "", below: str = "", against: str = "predicted",
-            tol_name: str = "") -> Verdict:
+            tol_name: str = "", digits: int = 3) -> Verdict:
     """Measured against predicted: 'agrees' within `tol` (relative), else 'above' or 'below', each followed by the
     known reason the caller gives for that direction; 'noisy' when the measurement's relative `spread` (e.g. IQR /
     median) is larger than both `tol` and the gap, so the data cannot tell. `against` names the reference when it
     is not a prediction (e.g. "the median"); `tol_name` says where the tolerance comes from when the page prints it
-    elsewhere (e.g. "the read samples' range in the table") (chapter 00)."""
+    elsewhere (e.g. "the read samples' range in the table"); `digits`: at least this many significant figures, as
+    the table beside it prints (chapter 00)."""
     m, p, tol = _num(measured, "measured"), _num(predicted, "predicted"), _num(tol, "tol")
-    if p <= 0 or m < 0 or tol <= 0:
-        raise ValueError(f"need predicted > 0, measured >= 0, tol > 0; got {predicted}, {measured}, {tol}")
+    if p <= 0 or m < 0 or tol <= 0 or not isinstance(digits, int) or digits < 1:
+        raise ValueError(f"need predicted > 0, measured >= 0, tol > 0, digits >= 1; got {predicted}, {measured}, "
+                         f"{tol}, {digits}")
     r = m / p
     gap = max(r, 1 / r) - 1 if r > 0 else float("inf")   # symmetric: half and double are the same distance
     vals = {"measured": m, "predicted": p, "ratio": r}
     ref = "the prediction" if against == "predicted" else against
-    sm, sp = _fmt_pair(m, p, unit)
+    sm, sp = _fmt_pair(m, p, unit, digits)
     head = f"{what}: measured {sm}, {against} {sp}, a ratio of {r:.2f}"
     if spread is not None and _num(spread, "spread") > max(tol, gap):
         return Verdict(f"{head}; the run-to-run spread ({spread:.0%}) is larger than the gap, so this run "
@@ -221,6 +226,25 @@ def pick(value: float, branches: Sequence[tuple[Callable[[float], bool], str]], 
             name = outcome_names[i] if outcome_names else "holds"
             return Verdict(text.format(v=v), name, {"value": v})
     return Verdict(otherwise.format(v=v), "fails", {"value": v})
+
+
+def inversions(sizes: Sequence[float], times: Sequence[float], *, tol: float | Sequence[float] = 0.0
+               ) -> list[tuple[float, float]]:
+    """The neighbouring sizes (smaller, larger), `sizes` ascending, where the larger timed faster than the smaller
+    by more than the relative margin `tol`: one number, or one per point (a run's spread), a pair using the larger
+    of its two. Work that grows with the size cannot cost less, so each pair is noise or a change of kernel between
+    the two shapes, and a chapter says so beside its table (chapters 04-05)."""
+    n = len(sizes)
+    tols = [float(tol)] * n if isinstance(tol, (int, float)) else [float(t) for t in tol]
+    if len(times) != n or len(tols) != n:
+        raise ValueError(f"need one time (and one tolerance) per size; got {n} sizes, {len(times)} times, "
+                         f"{len(tols)} tolerances")
+    if any(b <= a for a, b in zip(sizes, sizes[1:])):
+        raise ValueError(f"sizes must be ascending, got {list(sizes)}")
+    if any(not 0 <= t < 1 for t in tols):
+        raise ValueError(f"tolerances are fractions in [0, 1), got {tols}")
+    return [(sizes[i], sizes[i + 1]) for i in range(n - 1)
+            if times[i + 1] < times[i] * (1 - max(tols[i], tols[i + 1]))]
 
 
 def say(condition: bool, if_true: str, if_false: str, **values: float) -> Verdict:

@@ -136,6 +136,38 @@ def test_a_low_precision_no_faster_than_fp32_is_labelled_a_fallback():
     assert back.matmul == c.matmul and back.read_bw == c.read_bw
 
 
+def _decode_ceilings(layer: dict[str, dict[str, float]], matmul: dict[str, float] | None = None) -> hw.Ceilings:
+    matmul = matmul or {"fp32": 1e11, "bf16": 1.4e10, "fp16": 1.6e10}
+    return hw.Ceilings(device="cpu-x", kind="cpu", read_bw=2e10, copy_bw=2e10, bytes_tested=1, matmul=matmul,
+                       matmul_sizes={d: 1 for d in matmul}, matvec=layer, matvec_layer=layer)
+
+
+def test_decode_precision_is_chosen_by_weights_streamed_not_by_matmul_rate():
+    # as on an AVX2-only CPU: bf16 matmul is a slow fallback, but a bf16 one-row product streams 1.6x the weights
+    c = _decode_ceilings({"fp32": {"mulsum": 17e9, "mv": 15e9}, "bf16": {"mv": 13.7e9}, "fp16": {"mv": 15e9}})
+    assert c.fastest() == "fp32" and c.fallbacks == ["bf16", "fp16"]
+    assert c.weights_per_s("fp32") == 17e9 / 4 and c.weights_per_s("bf16") == 13.7e9 / 2
+    assert c.decode_dtype() == "bf16"                      # fp16 streams 1.09x bf16's: below the switch margin
+    text = c.decode_text()
+    assert text.startswith("batch-1 decode precision: bf16, 6.85 G weights/s") and "(fp16 7.50, fp32 4.25; another replaces bf16 only at 1.25x)" in text
+    assert "batch-1 decode precision: bf16" in c.table() and "slow fallback" in c.table()
+    # fp16 replaces bf16 only when it streams DECODE_SWITCH x as many weights
+    c = _decode_ceilings({"bf16": {"mv": 10e9}, "fp16": {"mv": 10e9 * hw.DECODE_SWITCH}, "fp32": {"mv": 20e9}})
+    assert c.decode_dtype() == "fp16"
+    # a bf16 path that streams far below fp32 (a CPU with a poor bf16 one-row kernel): fp32 decodes faster
+    c = _decode_ceilings({"bf16": {"linear": 3e9}, "fp32": {"linear": 16e9}})
+    assert c.decode_dtype() == "fp32" and c.decode_text().endswith("fp32, 4.00 G weights/s through one-row products "
+                                                                   "(bf16 1.50)")
+    # a T4: no bf16 measured, fp16 reads half fp32's bytes at the same rate
+    c = _decode_ceilings({"fp32": {"mv": 2.5e11}, "fp16": {"mv": 2.6e11}}, {"fp32": 8e12, "fp16": 6.5e13})
+    assert c.decode_dtype() == "fp16" == c.fastest()
+    # nothing measured: the matmul choice, said so
+    c = _decode_ceilings({})
+    assert c.decode_dtype() == "fp32" and "no one-row product measured" in c.decode_text()
+    with pytest.raises(ValueError, match="no matrix-vector rate measured for bf16"):
+        c.weights_per_s("bf16")
+
+
 def test_ceilings_file_can_be_switched_off(monkeypatch):
     monkeypatch.setenv("BOOK_CEILINGS", "off")
     assert hw.ceilings_file() is None

@@ -1,6 +1,6 @@
 import pytest
 
-from book.timing import Timing, format_seconds, time_fn
+from book.timing import Timing, format_seconds, time_fn, time_unit
 
 
 def test_timing_statistics():
@@ -49,3 +49,11 @@ def test_format_seconds():
     assert format_seconds(3.0) == "3.00 s" and format_seconds(0.030) == "30.0 ms"   # as precise as 44.3 ms
     assert format_seconds(0.99996) == "1.00 s" and format_seconds(999.6e-6) == "1.00 ms"
     assert format_seconds(123.4) == "123 s" and format_seconds(4321) == "4,321 s"
+
+
+def test_time_unit_is_judged_after_rounding():
+    assert time_unit(0.5e-3) == (1e-6, "µs") and time_unit(0.0123) == (1e-3, "ms") and time_unit(2.0) == (1.0, "s")
+    assert time_unit(0.99996) == (1.0, "s")                   # 999.96 ms rounds to 1.00e3 ms at three figures
+    assert time_unit(0.99996, digits=5) == (1e-3, "ms")       # and stays 999.96 ms at five
+    assert time_unit(-0.0123) == (1e-3, "ms")
+

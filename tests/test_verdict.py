@@ -152,3 +152,30 @@ def test_compare_names_where_its_tolerance_comes_from():
 def test_bound_gives_reasons_that_fit_the_predicted_roof():
     assert "below the peak rate" in V.bound(0.03, 0.45, roof="compute").text
     assert "stream below the memory's speed" in V.bound(0.3, 0.01).text
+
+
+def test_inversions_finds_a_larger_size_timed_faster_beyond_the_margin():
+    sizes, times = [1, 2, 4, 8], [10.0, 9.0, 12.0, 11.5]
+    assert V.inversions(sizes, times) == [(1, 2), (4, 8)]                  # strict: any drop counts
+    assert V.inversions(sizes, times, tol=0.05) == [(1, 2)]                 # 11.5 is within 5% of 12.0
+    assert V.inversions(sizes, times, tol=[0.0, 0.2, 0.0, 0.0]) == [(4, 8)]  # a pair takes the larger spread
+    assert V.inversions(sizes, [1.0, 2.0, 3.0, 4.0]) == [] and V.inversions([1], [1.0]) == []
+    with pytest.raises(ValueError, match="one time"):
+        V.inversions(sizes, times[:3])
+    with pytest.raises(ValueError, match="ascending"):
+        V.inversions([2, 1], [1.0, 2.0])
+    with pytest.raises(ValueError, match="fractions"):
+        V.inversions(sizes, times, tol=1.5)
+
+
+def test_a_time_a_hair_under_a_second_prints_in_seconds():
+    assert "1.00 s" in V.compare(999.96, 990.0, unit="ms", what="t").text
+
+
+def test_compare_prints_at_least_the_digits_asked_for():
+    assert "measured 1.12, recorded 1.12" in V.compare(1.1221, 1.1219, what="bpb", tol=0.02, against="recorded").text
+    v = V.compare(1.1221, 1.1219, what="bpb", tol=0.02, against="recorded", digits=4)
+    assert "measured 1.122, recorded 1.122" in v.text and v.outcome == "agrees"
+    with pytest.raises(ValueError, match="digits >= 1"):
+        V.compare(1.0, 1.0, what="x", digits=0)
+
