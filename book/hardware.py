@@ -314,7 +314,8 @@ class Ceilings:
         return [d for d in ("bf16", "fp16") if d in self.matmul and self.matmul[d] < FALLBACK_BELOW_FP32 * fp32]
 
     def spread(self, name: str) -> float:
-        """Relative spread (max - min) / median of one ceiling's samples: "read", "copy" or "matmul bf16" (chapter 00)."""
+        """Relative spread (max - min) / median of one ceiling's samples: "read", "copy", "matmul bf16" or
+        "layers bf16" (chapter 00)."""
         xs = sorted(self.samples.get(name, ()))
         if len(xs) < 2:
             return 0.0
@@ -326,12 +327,21 @@ class Ceilings:
 
     def weights_per_s(self, dtype: str) -> float:
         """Weights (parameters) per second the decoder's one-row path streams in `dtype` over 4096-row layers read in
-        turn, as a decode step reads them (over one large matrix where layers were not measured) (chapter 02)."""
+        turn, as a decode step reads them (`layer_bw` over the bytes a weight takes) (chapter 02)."""
+        from .models import dtype_bytes
+        return self.layer_bw(dtype) / dtype_bytes(dtype)
+
+    def layer_bw(self, dtype: str) -> float:
+        """Bytes/s of `dtype`'s 4096-row layers through the decoder's path: the median of the samples taken in turn
+        with the other precisions where there are some, else the path's rate from its own measurement, else the
+        one-matrix ceiling (chapter 02)."""
+        xs = self.samples.get(f"layers {dtype}")
+        if xs:
+            return statistics.median(xs)
         rates = self.matvec_layer.get(dtype) or self.matvec.get(dtype)
         if not rates:
             raise ValueError(f"no matrix-vector rate measured for {dtype}; measured: {sorted(self.matvec)}")
-        from .models import dtype_bytes
-        return max(rates.values()) / dtype_bytes(dtype)
+        return max(rates.values())
 
     def decode_dtype(self, dtypes: tuple[str, ...] = ("bf16", "fp16", "fp32")) -> str:
         """The precision a batch-1 decode step runs fastest in here: the most weights per second through one-row
@@ -346,17 +356,22 @@ class Ceilings:
                 best = d
         return best or self.fastest(dtypes)
 
-    def decode_text(self, dtypes: tuple[str, ...] = ("bf16", "fp16", "fp32")) -> str:
-        """One line: the batch-1 decode precision and each measured precision's weights per second (chapter 02)."""
+    def decode_text(self, dtypes: tuple[str, ...] = ("bf16", "fp16", "fp32"), *, narrow: bool = False) -> str:
+        """One line: the batch-1 decode precision and each measured precision's weights per second; `narrow`: broken
+        into short lines for an output column (chapter 02)."""
+        text = self._decode_text(dtypes)
+        return text.replace(" in one-row", "\n  in one-row").replace(" (", "\n  (", 1) if narrow else text
+
+    def _decode_text(self, dtypes: tuple[str, ...]) -> str:
         have = [d for d in dtypes if d in self.matvec]
         if not have:
-            return f"batch-1 decode precision: {self.fastest(dtypes)} (no one-row product measured)"
+            return f"batch-1 decode precision: {self.fastest(dtypes)} (no one-row product measured)"  # the matmul's
         best = self.decode_dtype(dtypes)
         rest = ", ".join(f"{d} {self.weights_per_s(d) / 1e9:.2f}" for d in have if d != best)
         if any(self.weights_per_s(d) > self.weights_per_s(best) for d in have):   # say why a higher rate lost
             rest += f"; another replaces {best} only at {DECODE_SWITCH}x"
-        return (f"batch-1 decode precision: {best}, {self.weights_per_s(best) / 1e9:.2f} G weights/s through "
-                f"one-row products" + (f" ({rest})" if rest else ""))
+        return (f"batch-1 decode precision: {best}, {self.weights_per_s(best) / 1e9:.2f} G weights/s in one-row "
+                f"products on 4096-row layers" + (f" ({rest})" if rest else ""))
 
     def ridge_point(self, dtype: str = "fp32") -> float:
         """Measured FLOPs per byte where this device's roofline bends: matmul rate / read bandwidth (chapter 02)."""
@@ -426,16 +441,15 @@ class Ceilings:
             rows.append((label, self.matmul_text(name), spread(f"matmul {name}"), sheet))
         if self.read_kernel != "sum":
             rows.append(("read bandwidth (sum)", f"{self.read_sum_bw / GB:,.1f} GB/s", spread("read"), "-"))
-        chosen = {self.fastest(tuple(self.matvec)), self.decode_dtype(tuple(self.matvec))} if self.matvec else set()
+        chosen = {self.fastest(tuple(self.matvec)), self.decode_dtype()} if self.matvec else set()
         for name in self.matvec:
             rows.append((f"matrix-vector {name} ({self.matvec_ceiling_path(name)})",
                          f"{self.matvec_bw(name) / GB:,.1f} GB/s", "-", "-"))
-            if name not in chosen:     # the detail rows only for the precisions the book computes in
+            if self.matvec_layer.get(name):   # what the decode precision is chosen by, for every precision
+                rows.append((f"  4096-row layers ({self.matvec_path(name)})", f"{self.layer_bw(name) / GB:,.1f} GB/s",
+                             spread(f"layers {name}"), "-"))
+            if name not in chosen:     # the other detail rows only for the precisions the book computes in
                 continue
-            layer = self.matvec_layer.get(name)
-            if layer:
-                path = self.matvec_path(name)
-                rows.append((f"  4096-row layers ({path})", f"{layer[path] / GB:,.1f} GB/s", "-", "-"))
             costs = self.matvec_costs(name)
             if costs:   # a small weight: the fixed cost a call counts, and another path can be quicker
                 from .kernels import call_time, cheapest
@@ -457,9 +471,10 @@ class Ceilings:
             fp32 = self.matmul.get("fp32")
             each = ", ".join(f"{d} {self.matmul[d] / fp32:.2f}x" if fp32 else d for d in self.fallbacks)
             lines.append(f"* a slow fallback here ({each} the fp32 rate;\n  below {FALLBACK_BELOW_FP32}x the fp32 "
-                         f"rate a precision is never chosen for matrix products)")   # two lines: one wrapped in the output column
+                         f"rate a precision is never chosen for matrix-matrix\n  products (prefill, batches); "
+                         f"batch-1 decode is chosen by the line below)")   # short lines: the output column is narrow
         if len(self.matvec) > 1:
-            lines.append(self.decode_text(tuple(self.matvec)).replace(" through", "\n  through"))
+            lines.append(self.decode_text(narrow=True))
         lines.append(f"device: {self.device}; bandwidth tensors {self.bytes_tested / 2**20:,.0f} MiB")
         lines.append("range: (largest - smallest) / median of the (n) samples, taken in turn")
         lines.append(f"datasheet: {ds.name} ({ds.source})" if ds else "datasheet: none in the catalog for this device")
@@ -624,6 +639,12 @@ def measured_ceilings(device: torch.device | str | None = None, *, refresh: bool
     c = replace(c, matvec=matvec, matvec_failed=failed, matvec_layer=layer, few_rows=few, matvec_call=call)
     for name in matvec:
         kernels.set_matvec_costs(dev, DTYPES[name], c.matvec_costs(name))
+    # The batch-1 decode precision compares precisions on one footing: each one's 4096-row layers, streamed by its
+    # own chosen path, sampled in turn like the ceilings above, so a drifting machine slows all of them alike.
+    if len(matvec) > 1:
+        samples = {**c.samples, **_layer_samples(dev, {d: c.matvec_path(d) for d in matvec}, min(nbytes, 2**30),
+                                                 rounds)}
+        c = replace(c, samples=samples)
     # A matrix-vector product reads its matrix once too: when one streams faster than `sum`, the memory can deliver
     # at least that much, so it is the read bandwidth (and MBU, measured against it, stays at or below one).
     best = max(((r, f"matrix-vector {d}, {p}") for d, rates in matvec.items() for p, r in rates.items()),
@@ -633,6 +654,24 @@ def measured_ceilings(device: torch.device | str | None = None, *, refresh: bool
     c = _save(key, c, path)
     _CEILINGS[key] = c
     return c
+
+
+def _layer_samples(dev: torch.device, paths: dict[str, str], nbytes: int, rounds: int) -> dict[str, tuple[float, ...]]:
+    """Bytes/s of each precision's 4096-row layers (about `nbytes` of them) through its own one-row path, one sample
+    per precision per round, taken in turn: {"layers <dtype>": samples} (chapter 02)."""
+    from . import kernels
+    sets = {}
+    for name in paths:
+        size = 4096 * 4096 * DTYPES[name].itemsize
+        ws = [random_tensor(4096, 4096, device=dev, dtype=DTYPES[name]) for _ in range(max(1, nbytes // size))]
+        sets[name] = ws, torch.randn(4096, device=dev).to(DTYPES[name]), len(ws) * size
+    out: dict[str, list[float]] = {f"layers {name}": [] for name in paths}
+    for _ in range(rounds):
+        for name, path in paths.items():
+            ws, x, total = sets[name]
+            t = time_fn(lambda: [kernels.matvec(w, x, path) for w in ws], device=dev, warmup=1, repeats=3, number=None)
+            out[f"layers {name}"].append(total / t.median)
+    return {k: tuple(v) for k, v in out.items()}
 
 
 def bandwidth_sweep(sizes: list[int], device: torch.device | str | None = None, *,

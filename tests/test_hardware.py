@@ -149,18 +149,28 @@ def test_decode_precision_is_chosen_by_weights_streamed_not_by_matmul_rate():
     assert c.weights_per_s("fp32") == 17e9 / 4 and c.weights_per_s("bf16") == 13.7e9 / 2
     assert c.decode_dtype() == "bf16"                      # fp16 streams 1.09x bf16's: below the switch margin
     text = c.decode_text()
-    assert text.startswith("batch-1 decode precision: bf16, 6.85 G weights/s") and "(fp16 7.50, fp32 4.25; another replaces bf16 only at 1.25x)" in text
+    assert text.startswith("batch-1 decode precision: bf16, 6.85 G weights/s in one-row products on 4096-row layers")
+    assert "(fp16 7.50, fp32 4.25; another replaces bf16 only at 1.25x)" in text
     assert "batch-1 decode precision: bf16" in c.table() and "slow fallback" in c.table()
     # fp16 replaces bf16 only when it streams DECODE_SWITCH x as many weights
     c = _decode_ceilings({"bf16": {"mv": 10e9}, "fp16": {"mv": 10e9 * hw.DECODE_SWITCH}, "fp32": {"mv": 20e9}})
     assert c.decode_dtype() == "fp16"
     # a bf16 path that streams far below fp32 (a CPU with a poor bf16 one-row kernel): fp32 decodes faster
     c = _decode_ceilings({"bf16": {"linear": 3e9}, "fp32": {"linear": 16e9}})
-    assert c.decode_dtype() == "fp32" and c.decode_text().endswith("fp32, 4.00 G weights/s through one-row products "
-                                                                   "(bf16 1.50)")
+    assert c.decode_dtype() == "fp32" and c.decode_text().endswith("fp32, 4.00 G weights/s in one-row products on "
+                                                                   "4096-row layers (bf16 1.50)")
     # a T4: no bf16 measured, fp16 reads half fp32's bytes at the same rate
     c = _decode_ceilings({"fp32": {"mv": 2.5e11}, "fp16": {"mv": 2.6e11}}, {"fp32": 8e12, "fp16": 6.5e13})
     assert c.decode_dtype() == "fp16" == c.fastest()
+    # samples of the layers taken in turn with the other precisions come first, and the table prints their range
+    c = _decode_ceilings({"bf16": {"mv": 13e9}, "fp16": {"mv": 20e9}, "fp32": {"mv": 16e9}})
+    assert c.decode_dtype() == "fp16"                      # fp16's own measurement: 1.54x bf16's
+    c = replace(c, samples={"layers bf16": (12e9, 13e9, 14e9), "layers fp16": (12.5e9, 13.5e9, 14.5e9),
+                            "layers fp32": (15e9, 16e9, 17e9)})
+    assert c.layer_bw("fp16") == 13.5e9 and c.decode_dtype() == "bf16"   # side by side: within the margin
+    assert "  4096-row layers (mv)             13.5 GB/s     15% (3)" in c.table()
+    assert ("batch-1 decode precision: bf16, 6.50 G weights/s\n  in one-row products on 4096-row layers\n"
+            "  (fp16 6.75, fp32 4.00; another replaces bf16 only at 1.25x)\n") in c.table()
     # nothing measured: the matmul choice, said so
     c = _decode_ceilings({})
     assert c.decode_dtype() == "fp32" and "no one-row product measured" in c.decode_text()
