@@ -134,10 +134,10 @@ def bench_decode(model: str = "Llama-2-7B", *, layers: int | None = None, dtype:
         _hf_generate(ref, x, 3, None)
     path = f"eager PyTorch, one row via {mv_path}"
     if use_compile is not False:
-        eager_ms = _step_ms(book, x, dev, min(6, steps))
         book.compile_decode()
         book.generate(x, steps + 2)                       # compiles every shape the timed steps use
-        compiled_ms = _step_ms(book, x, dev, min(6, steps)) if book._compiled is not None else float("inf")
+        # eager and compiled steps taken in turn, so a drifting machine slows both alike
+        eager_ms, compiled_ms = _paired_step_ms(book, x, dev, min(6, (steps + 1) // 2))
         how = "torch.compile(mode='reduce-overhead'), CUDA graphs" if gpu else "torch.compile"
         if book._compiled is None:
             path += " (torch.compile failed here)"
@@ -252,17 +252,25 @@ def _kernel_choice(dev: torch.device, dtype: str) -> str:
             f"1 MiB ones; 2-{kernels.FEW_ROWS} rows via {rows} ({kernels.ROW_PATHS[rows]}); more rows via F.linear")
 
 
-def _step_ms(model: Llama, x: torch.Tensor, dev: torch.device, n: int = 6) -> float:
-    """Median ms of `n` decode steps after a prefill (for choosing between eager and compiled)."""
+def _paired_step_ms(model: Llama, x: torch.Tensor, dev: torch.device, n: int = 6) -> tuple[float, float]:
+    """Median ms of `n` eager and `n` compiled decode steps, taken in turn after one prefill, for choosing between
+    them on a machine whose speed drifts (chapter 02); the compiled median is inf where the compiled step failed
+    (it then falls back, with a line, and stays off)."""
+    compiled = model._compiled
     tok = model.prefill(x).argmax(-1)
-    ts = []
-    for _ in range(n):
+    ts: dict[bool, list[float]] = {False: [], True: []}
+    for i in range(2 * n):
+        use = i % 2 == 1 and compiled is not None
+        model._compiled = compiled if use else None
         synchronize(dev)
         t = time.perf_counter()
         tok = model.decode_step(tok).argmax(-1)
         synchronize(dev)
-        ts.append(time.perf_counter() - t)
-    return statistics.median(ts) * 1e3
+        if use and model._compiled is None:           # failed when run: the plain step from now on
+            compiled = None
+        ts[use].append(time.perf_counter() - t)
+    model._compiled = compiled
+    return statistics.median(ts[False]) * 1e3, statistics.median(ts[True]) * 1e3 if ts[True] else float("inf")
 
 
 def _gb(n: float) -> str:

@@ -525,8 +525,13 @@ def ceilings_file() -> Path | None:
     return Path(base) / "why-llm-decoding-is-slow" / "ceilings.json"
 
 
+#: Raised whenever the cached ceilings gain a measurement, so a file written before it is measured again, not read
+#: without it (2: one-row products in every precision, and layers sampled in turn for the decode precision).
+CEILINGS_VERSION = 2
+
+
 def _cache_key(dev: torch.device, dtypes: list[str]) -> str:
-    return f"{device_name(dev)} | torch {torch.__version__} | {dev} | {','.join(dtypes)}"
+    return f"{device_name(dev)} | torch {torch.__version__} | {dev} | {','.join(dtypes)} | v{CEILINGS_VERSION}"
 
 
 def _load_cached(key: str, path: Path | None) -> Ceilings | None:

@@ -91,6 +91,40 @@ def test_a_compiled_step_that_fails_when_run_falls_back(capsys):
     assert "the compiled decode step failed on this device" in capsys.readouterr().err
 
 
+def test_eager_and_compiled_steps_are_timed_in_turn(capsys):
+    import math
+    import torch
+    from dataclasses import replace
+    from book.bench import _paired_step_ms
+    from book.llama import Llama
+    from book.models import architecture
+    a = replace(architecture("Llama-2-7B").with_layers(1), hidden=32, n_heads=2, n_kv_heads=1, head_dim=16,
+                intermediate=64, vocab=128)
+    m = Llama(a, dtype="fp32", device="cpu")
+    for p in m.parameters():
+        torch.nn.init.normal_(p, std=0.05)
+    x = torch.randint(0, 128, (1, 5))
+    m.setup_cache(1, 32)
+    m.compile_decode(bucket=32)
+    order = []
+
+    def fake(*args):                        # stands in for the compiled step: the eager one, counted
+        order.append("compiled")
+        return m._decode(*args)
+    m._compiled = fake
+    eager_ms, compiled_ms = _paired_step_ms(m, x, torch.device("cpu"), n=3)
+    assert order == ["compiled"] * 3 and m._compiled is fake and eager_ms > 0 and compiled_ms > 0
+
+    def fails(*args):
+        raise RuntimeError("forced by the test")
+    m._compiled = fails
+    eager_ms, compiled_ms = _paired_step_ms(m, x, torch.device("cpu"), n=3)
+    assert m._compiled is None and math.isfinite(eager_ms)       # fell back once, then stayed off
+    assert "the compiled decode step failed" in capsys.readouterr().err
+    m._compiled = None
+    assert _paired_step_ms(m, x, torch.device("cpu"), n=2)[1] == float("inf")
+
+
 # ------------------------------------------------------------------------------------------- python -m book.bench serve
 
 from book.peers import hf_continuous_unavailable  # noqa: E402

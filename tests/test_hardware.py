@@ -229,3 +229,19 @@ def test_matmul_size_grows_while_a_slow_path_is_still_speeding_up(monkeypatch):
     assert hw.measure_matmul("fp32", "cpu")[1] == 512      # flat: one doubling to see that it is
     monkeypatch.setattr(hw, "time_fn", fake_time_fn(lambda n: 1e12))
     assert hw.measure_matmul("fp32", "cpu")[1] == 4096     # fast: 17 ms at 2048 is not long enough yet
+
+
+def test_a_cache_from_before_the_current_measurements_is_measured_again(tmp_path, monkeypatch):
+    import json
+    monkeypatch.setenv("BOOK_CEILINGS_MAX_AGE_H", "0")
+    dev = torch.device("cpu")
+    key = hw._cache_key(dev, ["fp32"])
+    assert key.endswith(f" | v{hw.CEILINGS_VERSION}")
+    c = hw.Ceilings(device="cpu-x", kind="cpu", read_bw=1e10, copy_bw=1e10, bytes_tested=1,
+                    matmul={"fp32": 1e11}, matmul_sizes={"fp32": 1})
+    path = tmp_path / "ceilings.json"
+    old_key = key.rsplit(" | v", 1)[0]            # how a file written before the version was keyed
+    path.write_text(json.dumps({old_key: c.to_json()}))
+    assert hw._load_cached(key, path) is None
+    path.write_text(json.dumps({key: c.to_json()}))
+    assert hw._load_cached(key, path).read_bw == 1e10
