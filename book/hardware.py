@@ -359,10 +359,6 @@ class Ceilings:
     def decode_text(self, dtypes: tuple[str, ...] = ("bf16", "fp16", "fp32"), *, narrow: bool = False) -> str:
         """One line: the batch-1 decode precision and each measured precision's weights per second; `narrow`: broken
         into short lines for an output column (chapter 02)."""
-        text = self._decode_text(dtypes)
-        return text.replace(" in one-row", "\n  in one-row").replace(" (", "\n  (", 1) if narrow else text
-
-    def _decode_text(self, dtypes: tuple[str, ...]) -> str:
         have = [d for d in dtypes if d in self.matvec]
         if not have:
             return f"batch-1 decode precision: {self.fastest(dtypes)} (no one-row product measured)"  # the matmul's
@@ -370,8 +366,9 @@ class Ceilings:
         rest = ", ".join(f"{d} {self.weights_per_s(d) / 1e9:.2f}" for d in have if d != best)
         if any(self.weights_per_s(d) > self.weights_per_s(best) for d in have):   # say why a higher rate lost
             rest += f"; another replaces {best} only at {DECODE_SWITCH}x"
-        return (f"batch-1 decode precision: {best}, {self.weights_per_s(best) / 1e9:.2f} G weights/s in one-row "
-                f"products on 4096-row layers" + (f" ({rest})" if rest else ""))
+        parts = [f"batch-1 decode precision: {best}, {self.weights_per_s(best) / 1e9:.2f} G weights/s",
+                 "in one-row products on 4096-row layers"] + ([f"({rest})"] if rest else [])
+        return ("\n  " if narrow else " ").join(parts)
 
     def ridge_point(self, dtype: str = "fp32") -> float:
         """Measured FLOPs per byte where this device's roofline bends: matmul rate / read bandwidth (chapter 02)."""
@@ -667,9 +664,8 @@ def _layer_samples(dev: torch.device, paths: dict[str, str], nbytes: int, rounds
     from . import kernels
     sets = {}
     for name in paths:
-        size = 4096 * 4096 * DTYPES[name].itemsize
-        ws = [random_tensor(4096, 4096, device=dev, dtype=DTYPES[name]) for _ in range(max(1, nbytes // size))]
-        sets[name] = ws, torch.randn(4096, device=dev).to(DTYPES[name]), len(ws) * size
+        ws = kernels.weight_stack(nbytes, 4096, 4096, dev, DTYPES[name])
+        sets[name] = ws, torch.randn(4096, device=dev).to(DTYPES[name]), sum(w.nbytes for w in ws)
     out: dict[str, list[float]] = {f"layers {name}": [] for name in paths}
     for _ in range(rounds):
         for name, path in paths.items():

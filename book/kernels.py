@@ -26,7 +26,7 @@ from .timing import time_fn
 
 __all__ = ["PATHS", "matvec", "measure_matvec", "matvec_path", "set_matvec_path", "mulsum", "MatvecResult",
            "describe", "ROW_PATHS", "FEW_ROWS", "few_rows", "measure_rows", "rows_path", "set_rows_path",
-           "measure_call_cost", "set_matvec_costs", "cheapest", "call_time", "SMALL_ROWS", "SMALL_K"]
+           "measure_call_cost", "set_matvec_costs", "cheapest", "call_time", "SMALL_ROWS", "SMALL_K", "weight_stack"]
 
 #: The matrix-vector paths, with the one-line description the benchmark prints.
 PATHS: dict[str, str] = {
@@ -186,18 +186,25 @@ def few_rows(w: torch.Tensor, x: torch.Tensor, path: str) -> torch.Tensor:
     raise ValueError(f"unknown few-rows path {path!r}; use one of {', '.join(ROW_PATHS)}")
 
 
+def weight_stack(nbytes: int, n: int, k: int, device: torch.device, dtype: torch.dtype) -> list[torch.Tensor]:
+    """Random [n, k] weights, as many as fit in about `nbytes` (at least one), for streaming through one after
+    another as a decode step reads its layers (chapter 02)."""
+    from .hardware import random_tensor
+    size = n * k * torch.empty((), dtype=dtype).element_size()
+    return [random_tensor(n, k, device=device, dtype=dtype) for _ in range(max(1, nbytes // size))]
+
+
 def measure_rows(device: torch.device | str | None = None, dtype: torch.dtype = torch.bfloat16, *,
                  nbytes: int = 256 * 2**20, k: int = 4096, n: int = 4096, rows: tuple[int, ...] = (4, 16),
                  repeats: int = 5, choose: bool = True) -> dict[str, float]:
     """Bytes of weight per second each few-rows path streams: `rows` rows through about `nbytes` of [n, k] layers
     read in turn, as a batched decode step reads them (the time summed over the row counts); `choose=True` makes the
     fastest the decoder's path for this device and dtype (chapter 02)."""
-    from .hardware import random_tensor
     dev = as_device(device)
     if nbytes <= 0 or k < 1 or n < 1 or not rows or min(rows) < 1:
         raise ValueError(f"need nbytes > 0, k, n >= 1 and rows >= 1; got {nbytes}, {k}, {n}, {rows}")
     size = n * k * torch.empty((), dtype=dtype).element_size()
-    ws = [random_tensor(n, k, device=dev, dtype=dtype) for _ in range(max(1, nbytes // size))]
+    ws = weight_stack(nbytes, n, k, dev, dtype)
     xs = [torch.randn(r, k, device=dev).to(dtype) for r in rows]
     want = [F.linear(x, ws[0]).float() for x in xs]
     rates = {}
@@ -236,7 +243,6 @@ def measure_matvec(nbytes: int, device: torch.device | str | None = None, dtype:
     decoder's *choice*: on a GPU a generated kernel can win on one huge matrix and lose on a layer's). A path that
     fails here (e.g. torch.compile without a C++ compiler) is left out with its reason, and `choose=True` makes the
     fastest the decoder's path for this device and dtype."""
-    from .hardware import random_tensor
     dev = as_device(device)
     if nbytes <= 0:
         raise ValueError(f"matrix size must be positive, got {nbytes} bytes")
@@ -245,7 +251,7 @@ def measure_matvec(nbytes: int, device: torch.device | str | None = None, dtype:
     per_row = k * torch.empty((), dtype=dtype).element_size()
     n_total = max(1, nbytes // per_row)
     n = n_total if rows is None else min(rows, n_total)
-    ws = [random_tensor(n, k, device=dev, dtype=dtype) for _ in range(max(1, n_total // n))]
+    ws = weight_stack(nbytes, n, k, dev, dtype)
     x = torch.randn(k, device=dev).to(dtype)
     size = sum(w.numel() * w.element_size() for w in ws)
     rates, failed = {}, {}
