@@ -5,6 +5,7 @@ import contextlib
 import math
 import os
 import sys
+import warnings
 from dataclasses import dataclass
 
 import torch
@@ -14,7 +15,7 @@ from .models import Architecture, architecture, dtype_bytes
 
 __all__ = ["Roof", "Work", "dot", "matvec", "matmul", "linear", "decode_step", "compiled_decode_ms", "prefill",
            "extend", "critical_batch", "mbu", "mfu", "measure_decode_step", "measure_extend", "linear_sweep",
-           "measured_knee", "first_compute_bound", "busy_while", "silence_native_stderr", "plot_roofline",
+           "measured_knee", "first_compute_bound", "step_shortfall", "busy_while", "silence_native_stderr", "plot_roofline",
            "reference_suite"]
 
 
@@ -212,6 +213,25 @@ def mfu(flops: float, seconds: float, peak: float) -> float:
     return flops / seconds / peak
 
 
+def step_shortfall(nbytes: float, seconds: float, stream_bw: float, kernels: str, *, margin: float = 1.25) -> str:
+    """Why a step that moved `nbytes` in `seconds` ran below the read bandwidth, split in two: the time its bytes
+    take at the rate its kernels stream layer-sized weights on this device (`stream_bw`, bytes/s, named by
+    `kernels`), and what is left over, a fixed cost per step (kernel launches, Python, small operations) that no
+    bandwidth explains; the step counts as the kernels' when it is within `margin` of their time (chapters 02
+    and 04)."""
+    from .timing import format_seconds
+    _positive("bytes", nbytes)
+    _positive("seconds", seconds)
+    _positive("stream_bw", stream_bw)
+    at_kernels = nbytes / stream_bw
+    head = (f"{kernels} stream {stream_bw / 1e9:,.1f} GB/s here, which reads its bytes in "
+            f"{format_seconds(at_kernels)}")
+    if seconds <= margin * at_kernels:
+        return f"{head}: the kernels' streaming rate, below the read bandwidth, accounts for the step"
+    return (f"{head}: the other {format_seconds(seconds - at_kernels)} of its {format_seconds(seconds)} is a fixed "
+            f"cost per step (kernel launches, Python, small operations), not the weights' streaming")
+
+
 def measure_decode_step(model, batch: int, context: int, *, warmup: int = 3, repeats: int = 10):
     """Time one decode step of the book's decoder for `batch` sequences at `context` cached tokens (chapter 02).
 
@@ -354,11 +374,14 @@ def busy_while(fn, device=None, *, seconds: float = 2.0, sample_gpu: bool | None
 @contextlib.contextmanager
 def silence_native_stderr():
     """Discard what C++ code writes to the process's stderr inside the block: PyTorch's profiler (Kineto) prints
-    two "USDT ... profiler_start/stop" lines on every run (chapter 02). Python's own sys.stderr is flushed first."""
+    two "USDT ... profiler_start/stop" lines on every run (chapter 02), and on CUDA (torch 2.11) a Python warning
+    that it "clears events at the end of each cycle", which one profiled call never reaches. Python's own
+    sys.stderr is flushed first."""
     sys.stderr.flush()
     saved = os.dup(2)
     try:
-        with open(os.devnull, "w") as null:
+        with open(os.devnull, "w") as null, warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*Profiler clears events")
             os.dup2(null.fileno(), 2)
             yield
     finally:

@@ -202,6 +202,16 @@ def test_silence_native_stderr_swallows_fd_2_and_restores_it(capfd):
     assert "from C++" not in err and "after" in err
 
 
+def test_silence_native_stderr_drops_the_profiler_cycle_warning_only(recwarn):
+    import warnings
+    with R.silence_native_stderr():      # torch 2.11's profiler on CUDA warns this on every run (chapter 02)
+        warnings.warn("Warning: Profiler clears events at the end of each cycle.", UserWarning)
+    assert len(recwarn) == 0
+    with R.silence_native_stderr():
+        warnings.warn("something else", UserWarning)
+    assert [str(w.message) for w in recwarn] == ["something else"]
+
+
 def test_busy_while_notes_a_failing_nvml_and_still_reports_the_rest(monkeypatch, capsys):
     def broken(*args, **kwargs):
         raise ModuleNotFoundError("pynvml does not seem to be installed")
@@ -228,3 +238,17 @@ def test_extend_timing_with_a_random_cache():
     model = _tiny_llama()
     t = R.measure_extend(model, tokens=4, batch=2, context=20, warmup=1, repeats=2)
     assert t.median > 0 and model.cache.lengths.tolist() == [24, 24]
+
+
+def test_step_shortfall_splits_kernels_from_fixed_costs():
+    GB = 1e9
+    # an H200-like eager step: 13.3 GB in 18.8 ms, layers stream 2,237 GB/s (5.95 ms): the rest is fixed cost
+    why = R.step_shortfall(13.3 * GB, 18.8e-3, 2237 * GB, "one-row products over 4096-row layers")
+    assert why.startswith("one-row products over 4096-row layers stream 2,237.0 GB/s here, which reads its bytes "
+                          "in 5.95 ms")
+    assert "the other 12.9 ms of its 18.8 ms is a fixed cost per step" in why
+    # a CPU-like step near the kernels' rate: the kernels account for it
+    why = R.step_shortfall(2.1 * GB, 0.14, 15 * GB, "one-row products")
+    assert why.endswith("the kernels' streaming rate, below the read bandwidth, accounts for the step")
+    with pytest.raises(ValueError, match="stream_bw"):
+        R.step_shortfall(1.0, 1.0, 0.0, "x")
