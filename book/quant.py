@@ -122,7 +122,7 @@ def compare_linear(k: int, n: int, *, batches: tuple[int, ...] = (1, 512), devic
     newer GPU) gives one line, "note: int4 packing failed on this device (reason); int4 rows are left out", and the
     other rows still come out. Precisions in `fallbacks` (`Ceilings.fallbacks`: not clearly faster than fp32 here) are
     marked "*" and labelled a slow fallback. `results`, when given, receives one dict per timed row (precision,
-    batch, seconds, nbytes, predicted seconds or None, error), for verdicts computed from the table."""
+    batch, seconds, nbytes, predicted seconds or None, error, the kernel kept), for verdicts computed from the table."""
     from .device import as_device, synchronize
     from .hardware import random_tensor
     from .roofline import Work, linear
@@ -169,15 +169,15 @@ def compare_linear(k: int, n: int, *, batches: tuple[int, ...] = (1, 512), devic
                                  f"left out")
             if times:
                 best = min(times, key=times.get)
-                rows.append((p, b, times[best], layer.nbytes, err))
+                rows.append((p, b, times[best], layer.nbytes, err, best))
                 if len(times) > 1:
                     timed = ", ".join(f"{nm} {format_seconds(t)}" for nm, t in times.items())
                     lines.append(f"{p} kernels at B={b}: {timed}; the fastest ({best}) is kept")
         del layer
-    base = {b: t for p, b, t, _, _ in rows if p == "bf16"}
+    base = {b: t for p, b, t, *_ in rows if p == "bf16"}
     lines.append(f"{'B':>5} {'weights':>7} {'measured':>9} {'predicted':>9} {'GB read':>8} {'GB/s':>6} "
                  f"{'vs bf16':>8} {'error':>6}")
-    for p, b, t, nbytes, err in sorted(rows, key=lambda r: (r[1], PRECISIONS.index(r[0]))):
+    for p, b, t, nbytes, err, kernel in sorted(rows, key=lambda r: (r[1], PRECISIONS.index(r[0]))):
         act = "fp32" if p == "fp32" else "bf16"
         r = roof.get(act) if isinstance(roof, dict) else roof
         w = linear(b, k, n, p, act)
@@ -190,7 +190,7 @@ def compare_linear(k: int, n: int, *, batches: tuple[int, ...] = (1, 512), devic
                      f"{nbytes / t / 1e9:6.1f} {rel:>8} {err:6.0e}")
         if results is not None:
             results.append({"precision": p, "batch": b, "seconds": t, "nbytes": nbytes, "predicted": secs,
-                            "error": err})
+                            "error": err, "kernel": kernel})
     shown = [p for p in fallbacks if any(row[0] == p for row in rows)]
     if shown:
         lines.append(f"* {', '.join(shown)}: a slow fallback here (its matmuls are not clearly faster than fp32's)")

@@ -55,6 +55,7 @@ def test_int8_times_each_kernel_and_keeps_the_fastest(monkeypatch):
                                  results=results)
     assert "note: int8 kernel pack failed on this device (RuntimeError: no kernel); left out" in lines
     assert {r["precision"] for r in results} == {"bf16", "int8"}
+    assert {r["precision"]: r["kernel"] for r in results}["int8"] == "dequant"   # the one left is named
     assert not any(line.startswith("int8 kernels at") for line in lines)    # one kernel left: nothing to choose
 
 
