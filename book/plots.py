@@ -35,8 +35,10 @@ def apply_style() -> None:
 
 def plain_log_ticks(ax, axis: str = "y", minor: bool = True, scale: float = 1.0) -> None:
     """Label a logarithmic axis in plain numbers (200, not 2 x 10^2), the minor ticks only at 2 and 5 of each decade
-    (or none with minor=False, for an axis of many decades), so a log axis does not crowd its labels; `scale` divides
-    the labels (1e9 labels FLOP/s in GFLOP/s: 100, not 1e+11; the caller names the unit) (chapter 00)."""
+    (or none with minor=False, for an axis of many decades), so a log axis does not crowd its labels; an axis that
+    spans under a factor of 4 when called labels every minor tick, so it shows more than one number (3.5 to 6 ms
+    would show only 5); `scale` divides the labels (1e9 labels FLOP/s in GFLOP/s: 100, not 1e+11; the caller names
+    the unit) (chapter 00)."""
     from matplotlib.ticker import FuncFormatter
     if axis not in ("x", "y"):
         raise ValueError(f"axis must be 'x' or 'y', got {axis!r}")
@@ -44,8 +46,28 @@ def plain_log_ticks(ax, axis: str = "y", minor: bool = True, scale: float = 1.0)
         raise ValueError(f"scale must be positive, got {scale!r}")
     target = ax.yaxis if axis == "y" else ax.xaxis
     target.set_major_formatter(FuncFormatter(lambda v, _: f"{v / scale:g}"))
-    target.set_minor_formatter(FuncFormatter(lambda v, _: f"{v / scale:g}" if minor and f"{v:.0e}"[0] in "25"
+    lo, hi = sorted(target.get_view_interval())
+    digits = "123456789" if lo > 0 and hi / lo < 4 else "25"      # a narrow axis: every minor tick
+    target.set_minor_formatter(FuncFormatter(lambda v, _: f"{v / scale:g}" if minor and f"{v:.0e}"[0] in digits
                                              else ""))
+
+
+def label_points(ax, xs, ys, labels, *, min_gap: float = 0.12, fontsize: int = 7) -> list[str]:
+    """Annotate points of a log-log plot in order, skipping a label whose point lies within `min_gap` decades (on
+    both axes) of the last one labelled, so labels of points that crowd together do not print over each other;
+    returns the labels drawn (chapter 02)."""
+    import math
+    drawn, last = [], None
+    for x, y, text in zip(xs, ys, labels):
+        if x <= 0 or y <= 0:
+            raise ValueError(f"a log-log point needs x, y > 0, got ({x}, {y})")
+        here = (math.log10(x), math.log10(y))
+        if last is not None and abs(here[0] - last[0]) < min_gap and abs(here[1] - last[1]) < min_gap:
+            continue
+        ax.annotate(text, (x, y), textcoords="offset points", xytext=(4, -10), fontsize=fontsize)
+        drawn.append(text)
+        last = here
+    return drawn
 
 
 def format_bytes(n: float) -> str:

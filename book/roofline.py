@@ -216,7 +216,7 @@ def mfu(flops: float, seconds: float, peak: float) -> float:
 def step_shortfall(nbytes: float, seconds: float, stream_bw: float, kernels: str, *, margin: float = 1.25) -> str:
     """Why a step that moved `nbytes` in `seconds` ran below the read bandwidth, split in two: the time its bytes
     take at the rate its kernels stream layer-sized weights on this device (`stream_bw`, bytes/s, named by
-    `kernels`), and what is left over, a fixed cost per step (kernel launches, Python, small operations) that no
+    `kernels`), and what is left over, a fixed cost per step (dispatch, small operations, launches) that no
     bandwidth explains; the step counts as the kernels' when it is within `margin` of their time (chapters 02
     and 04)."""
     from .timing import format_seconds
@@ -229,7 +229,8 @@ def step_shortfall(nbytes: float, seconds: float, stream_bw: float, kernels: str
     if seconds <= margin * at_kernels:
         return f"{head}: the kernels' streaming rate, below the read bandwidth, accounts for the step"
     return (f"{head}: the other {format_seconds(seconds - at_kernels)} of its {format_seconds(seconds)} is a fixed "
-            f"cost per step (kernel launches, Python, small operations), not the weights' streaming")
+            f"cost per step (Python and operator dispatch, small operations, kernel launches on a GPU), not the "
+            f"weights' streaming")
 
 
 def measure_decode_step(model, batch: int, context: int, *, warmup: int = 3, repeats: int = 10):

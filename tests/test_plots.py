@@ -5,7 +5,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
 
-from book.plots import bytes_ticks, format_bytes, plain_log_ticks  # noqa: E402
+from book.plots import bytes_ticks, format_bytes, label_points, plain_log_ticks  # noqa: E402
 
 
 def test_a_log_axis_is_labelled_in_plain_numbers_at_2_and_5_of_each_decade():
@@ -26,6 +26,16 @@ def test_a_log_axis_is_labelled_in_plain_numbers_at_2_and_5_of_each_decade():
     plt.close(fig)
 
 
+def test_a_narrow_log_axis_labels_every_minor_tick():
+    fig, ax = plt.subplots()
+    ax.plot([1, 2, 3], [3.5, 4.7, 6.0])              # 3.5-6 ms: at 2 and 5 only "5" would show
+    ax.set_yscale("log")
+    plain_log_ticks(ax)
+    minor = ax.yaxis.get_minor_formatter()
+    assert minor(4, 0) == "4" and minor(6, 0) == "6" and minor(3, 0) == "3"
+    plt.close(fig)
+
+
 def test_format_bytes():
     assert format_bytes(512) == "512 B" and format_bytes(1.5 * 2**30) == "1.5 GiB"
 
@@ -35,3 +45,14 @@ def test_a_byte_axis_labels_its_largest_size():
     assert bytes_ticks(16 * 2**10, 700 * 2**20)[-1] == 512 * 2**20 and bytes_ticks(1, 1) == [1]
     with pytest.raises(ValueError, match="lo <= hi"):
         bytes_ticks(2**20, 2**10)
+
+
+def test_label_points_skips_a_label_crowding_the_last_one():
+    fig, ax = plt.subplots()
+    ax.set(xscale="log", yscale="log")
+    # B=128 and B=256 a tenth of a decade apart on both axes: the second label would print over the first
+    drawn = label_points(ax, [10, 100, 120, 1000], [1e12, 1e14, 1.2e14, 3e14], ["B=1", "B=128", "B=256", "B=4096"])
+    assert drawn == ["B=1", "B=128", "B=4096"]
+    with pytest.raises(ValueError, match="x, y > 0"):
+        label_points(ax, [0], [1], ["bad"])
+    plt.close(fig)
