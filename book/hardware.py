@@ -403,6 +403,12 @@ class Ceilings:
         rates = self.few_rows.get(dtype) or {"linear": 0.0}
         return max(rates, key=rates.get)
 
+    def rows_bw(self, dtype: str) -> float | None:
+        """Bytes/s of `dtype`'s few-rows path (4-16 rows over 4096-row layers, as a batched step or a verification
+        pass reads them), or None where it was not measured (chapter 02)."""
+        rates = self.few_rows.get(dtype)
+        return rates[self.rows_path(dtype)] if rates else None
+
     def matvec_ceiling_path(self, dtype: str) -> str:
         """The path that set the matrix-vector ceiling (one large matrix) for `dtype` (chapter 02)."""
         rates = self.matvec.get(dtype) or {"linear": 0.0}
@@ -453,10 +459,9 @@ class Ceilings:
                 small = cheapest(costs, 2**20)
                 rows.append((f"  1 MiB weights ({small})", f"{2**20 / call_time(costs[small], 2**20) / GB:,.1f} GB/s",
                              "-", "-"))
-            few = self.few_rows.get(name)
-            if few:
-                path = self.rows_path(name)
-                rows.append((f"  batch 4 and 16 ({path})", f"{few[path] / GB:,.1f} GB/s", "-", "-"))
+            if self.rows_bw(name):
+                rows.append((f"  batch 4 and 16 ({self.rows_path(name)})", f"{self.rows_bw(name) / GB:,.1f} GB/s",
+                             "-", "-"))
         w = max(len(r[0]) for r in rows)
         if ds:
             lines = [f"{'ceiling':<{w}}  {'measured':>15}  {'range (n)':>10}  {'datasheet':>15}"]

@@ -203,8 +203,8 @@ def measure_rows(device: torch.device | str | None = None, dtype: torch.dtype = 
     dev = as_device(device)
     if nbytes <= 0 or k < 1 or n < 1 or not rows or min(rows) < 1:
         raise ValueError(f"need nbytes > 0, k, n >= 1 and rows >= 1; got {nbytes}, {k}, {n}, {rows}")
-    size = n * k * torch.empty((), dtype=dtype).element_size()
     ws = weight_stack(nbytes, n, k, dev, dtype)
+    size = ws[0].nbytes
     xs = [torch.randn(r, k, device=dev).to(dtype) for r in rows]
     want = [F.linear(x, ws[0]).float() for x in xs]
     rates = {}

@@ -213,7 +213,8 @@ def mfu(flops: float, seconds: float, peak: float) -> float:
     return flops / seconds / peak
 
 
-def step_shortfall(nbytes: float, seconds: float, stream_bw: float, kernels: str, *, margin: float = 1.25) -> str:
+def step_shortfall(nbytes: float, seconds: float, stream_bw: float,
+                   kernels: str = "one-row products over 4096-row layers", *, margin: float = 1.25) -> str:
     """Why a step that moved `nbytes` in `seconds` ran below the read bandwidth, split in two: the time its bytes
     take at the rate its kernels stream layer-sized weights on this device (`stream_bw`, bytes/s, named by
     `kernels`), and what is left over, a fixed cost per step (dispatch, small operations, launches) that no
