@@ -474,29 +474,30 @@ def random_model(arch: str | Architecture, *, dtype: str = "bf16", device: torch
 def reference_suite(device: torch.device | str | None = None, dtype: str | None = None, quick: bool = False) -> dict:
     """The chapter's recorded results: measured KV-cache and weight allocations of the book's decoder against the
     estimate, and the activation peak of prefill and decode, in `dtype` (default: the fastest of bf16, fp16 and
-    fp32 measured on the device, as in the chapter); `quick`: prefills of 64 and 256 tokens instead of 256 and 1024
+    fp32 measured on the device, as in the chapter); `quick`: one layer, caches and prefills a quarter as long
     (chapter 03)."""
     dev = as_device(device)
     if dtype is None:
         from .hardware import measured_ceilings
         dtype = measured_ceilings(dev).fastest(("bf16", "fp16", "fp32"))
-    arch = architecture("Llama-2-7B").with_layers(2)
+    arch = architecture("Llama-2-7B").with_layers(1 if quick else 2)
+    ctx = 256 if quick else 1024
     alloc = measure_allocation(lambda: random_model(arch, dtype=dtype, device=dev), dev)
     model = alloc.result
     values = {"weights_measured_gb": alloc.retained / GB, "weights_estimated_gb": arch.weight_bytes(dtype) / GB}
     xs, ys, es = [], [], []
-    for batch, ctx in [(1, 1024), (4, 1024), (4, 4096), (8, 4096)]:
+    for batch, n in [(1, ctx), (4, ctx), (4, 4 * ctx), (8, 4 * ctx)]:
         model.cache = None
-        a = measure_allocation(lambda: model.setup_cache(batch, ctx), dev)
-        xs.append(float(batch * ctx))
+        a = measure_allocation(lambda: model.setup_cache(batch, n), dev)
+        xs.append(float(batch * n))
         ys.append(a.retained / GB)
-        es.append(kv_cache_bytes(arch, ctx, batch, dtype) / GB)
+        es.append(kv_cache_bytes(arch, n, batch, dtype) / GB)
         del a
     model.cache = None
-    model.setup_cache(1, 1100)
-    tokens = torch.randint(0, arch.vocab, (1, 1024), device=dev)
+    model.setup_cache(1, ctx + 76)
+    tokens = torch.randint(0, arch.vocab, (1, ctx), device=dev)
     model.prefill(tokens[:, :64])                                     # warm-up
-    for n in (64, 256) if quick else (256, 1024):
+    for n in (ctx // 4, ctx):
         pre = measure_allocation(lambda: model.prefill(tokens[:, :n]), dev)
         values[f"prefill_{n}_peak_gb"] = pre.peak / GB
         values[f"prefill_{n}_estimated_gb"] = activation_bytes(arch, n, dtype) / GB
