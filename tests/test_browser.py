@@ -79,6 +79,10 @@ def test_page_renders_with_its_figures_and_no_external_scripts(server, browser, 
     failed = []
     page.on("requestfailed", lambda r: failed.append(r.url) if r.url.startswith(server) else None)
     page.goto(f"{server}/{page_path}", wait_until="load")
+    # index.html is a meta-refresh to the first page: wait until the page that has the content has loaded (a check
+    # that ran in between once found no <main>)
+    page.wait_for_selector("main", state="attached", timeout=30000)
+    page.wait_for_load_state("load")
     page.wait_for_timeout(300)
     external = page.eval_on_selector_all(
         "script[src]", "els => els.map(e => e.src).filter(s => !s.startsWith(location.origin))")
