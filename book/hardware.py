@@ -459,9 +459,9 @@ class Ceilings:
                 small = cheapest(costs, 2**20)
                 rows.append((f"  1 MiB weights ({small})", f"{2**20 / call_time(costs[small], 2**20) / GB:,.1f} GB/s",
                              "-", "-"))
-            if self.rows_bw(name):
-                rows.append((f"  batch 4 and 16 ({self.rows_path(name)})", f"{self.rows_bw(name) / GB:,.1f} GB/s",
-                             "-", "-"))
+            few = self.rows_bw(name)
+            if few:
+                rows.append((f"  batch 4 and 16 ({self.rows_path(name)})", f"{few / GB:,.1f} GB/s", "-", "-"))
         w = max(len(r[0]) for r in rows)
         if ds:
             lines = [f"{'ceiling':<{w}}  {'measured':>15}  {'range (n)':>10}  {'datasheet':>15}"]

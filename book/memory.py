@@ -494,7 +494,7 @@ def reference_suite(device: torch.device | str | None = None, dtype: str | None 
         es.append(kv_cache_bytes(arch, n, batch, dtype) / GB)
         del a
     model.cache = None
-    model.setup_cache(1, ctx + 76)
+    model.setup_cache(1, ctx + 1)                                     # the longest prefill, one decoded token
     tokens = torch.randint(0, arch.vocab, (1, ctx), device=dev)
     model.prefill(tokens[:, :64])                                     # warm-up
     for n in (ctx // 4, ctx):

@@ -16,6 +16,7 @@ def _one_round_ceilings():
     from book.hardware import measured_ceilings
     measured_ceilings("cpu", rounds=1)
 
+
 TINY = ["--layers", "2", "--hidden", "64", "--heads", "4", "--kv-heads", "2", "--intermediate", "128",
         "--vocab", "256", "--prompt", "8", "--steps", "4", "--bw-bytes", str(16 * 2**20), "--device", "cpu",
         "--compile", "off"]
