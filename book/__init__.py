@@ -29,8 +29,9 @@ __all__ = ["setup", "seed_everything", "set_online", "time_fn", "Timing", "slide
            "timing", "verdict"]
 
 COLAB_GPU_HINT = ("No GPU found: every measurement on this page runs on the CPU (GPU numbers\n"
-                  "beside them are labelled reference or published results). The story is\n"
-                  "the same; most times are longer. For a GPU in Colab: Runtime > Change\n"
+                  "beside them are labelled reference or published results). The formulas\n"
+                  "are the same; a CPU's ceilings differ, and the lines under each result\n"
+                  "say what this device shows. For a GPU in Colab: Runtime > Change\n"
                   "runtime type > T4 GPU (or better), then Runtime > Run all.")
 
 

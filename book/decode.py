@@ -6,7 +6,7 @@ import math
 import statistics
 import time
 from dataclasses import dataclass
-from typing import Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import torch
 
@@ -14,7 +14,7 @@ from .device import synchronize
 
 __all__ = ["Token", "stream", "Latency", "percentile", "summarize", "SLO", "CHAT_SLO", "generate_no_cache",
            "teacher_forced", "serial_steps", "median_gap",
-           "time_prefill", "time_decode_step", "kv_cache_nbytes"]
+           "time_prefill", "time_decode_step", "time_prefills", "time_decode_steps", "kv_cache_nbytes"]
 
 
 @dataclass(frozen=True)
@@ -207,57 +207,128 @@ def _random_tokens(model, batch: int, n: int) -> torch.Tensor:
     return torch.randint(0, vocab, (batch, n), generator=g).to(dev)
 
 
-@torch.no_grad()
-def time_prefill(model, prompt_len: int, *, batch: int = 1, repeats: int = 5, warmup: int = 1):
-    """Time the prefill of a random prompt: the book's decoder (`Llama.prefill`) or a transformers model (one
-    forward pass that fills a fresh DynamicCache and keeps only the last position's logits, as `generate` does);
-    `warmup` untimed runs first (0 once an earlier length has warmed the kernels) (chapter 01)."""
-    from .timing import time_fn
+def _prefill_fn(model, prompt_len: int, batch: int) -> Callable[[], Any]:
+    """One prefill of a random prompt, as a function to time: the book's decoder (`Llama.prefill`, into a cache at
+    least that long) or a transformers model (one forward pass that fills a fresh DynamicCache and keeps only the last
+    position's logits, as `generate` does)."""
     x = _random_tokens(model, batch, prompt_len)
-    dev = x.device
     if _is_hf(model):
         from transformers import DynamicCache
-        fn = lambda: model(input_ids=x, past_key_values=DynamicCache(config=model.config),   # noqa: E731
-                           use_cache=True, logits_to_keep=1)
-    else:
-        if model.cache is None or model.cache.max_len < prompt_len or model.cache.batch < batch:
-            model.setup_cache(batch, prompt_len)
-        fn = lambda: model.prefill(x)                                                          # noqa: E731
-    return time_fn(fn, device=dev, warmup=warmup, repeats=repeats)
+        return lambda: model(input_ids=x, past_key_values=DynamicCache(config=model.config),   # noqa: E731
+                             use_cache=True, logits_to_keep=1)
+    if model.cache is None or model.cache.max_len < prompt_len or model.cache.batch < batch:
+        model.setup_cache(batch, prompt_len)
+    return lambda: model.prefill(x)                                                              # noqa: E731
 
 
-@torch.no_grad()
-def time_decode_step(model, context: int, *, batch: int = 1, repeats: int = 7):
-    """Time one decode step at `context` cached tokens: the book's decoder (random cache, see
-    `book.roofline.measure_decode_step`) or a transformers model (its own DynamicCache filled with `context` random
-    keys and values, as the book's is: a step costs the same whatever the cached values, and a real prefill of
-    thousands of tokens would cost a CPU minutes; cropped back to `context` before every step) (chapter 01)."""
-    from .timing import time_fn
+def _decode_step_fn(model, context: int, batch: int) -> Callable[[], Any]:
+    """One decode step at `context` cached tokens, as a function to time. The book's decoder: a random cache (see
+    `book.roofline.measure_decode_step`), set back to `context` before every step (`KVCache.seek`), so one cache
+    filled for the longest context serves every shorter one in any order. A transformers model: its own DynamicCache filled with `context` random keys
+    and values, as the book's is (a step costs the same whatever the cached values, and a real prefill of thousands
+    of tokens would cost a CPU minutes), cropped back to `context` before every step."""
     if not _is_hf(model):
-        from .roofline import measure_decode_step
-        return measure_decode_step(model, batch, context, repeats=repeats)
+        c = model.cache
+        if c is None or c.batch < batch or c.max_len <= context or int(c.lengths.min()) < context:
+            model.setup_cache(batch, context + 1)
+            model.cache.fill_random(batch, context)
+        tokens = torch.randint(0, model.arch.vocab, (batch,), device=model.device)
+
+        def book_step():
+            model.cache.seek(context)
+            return model.decode_step(tokens)
+        return book_step
     from transformers import DynamicCache
     if context < 1:
         raise ValueError(f"a transformers decode step needs context >= 1, got {context}")
     x = _random_tokens(model, batch, context + 1)
-    c = model.config
-    kv_heads = getattr(c, "num_key_value_heads", None) or c.num_attention_heads
-    head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
-    cache = DynamicCache(config=c)
+    cfg = model.config
+    kv_heads = getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
+    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+    cache = DynamicCache(config=cfg)
     p = next(model.parameters())
     g = torch.Generator(device=p.device).manual_seed(0)
-    for layer in range(c.num_hidden_layers):
+    for layer in range(cfg.num_hidden_layers):
         k, v = (torch.randn(batch, kv_heads, context, head_dim, generator=g, device=p.device, dtype=p.dtype)
                 for _ in range(2))
         cache.update(k, v, layer)
 
-    def step():
+    def hf_step():
         extra = cache.get_seq_length() - context
         if extra > 0:
             cache.crop(-extra)            # forget the previous step's token
         return model(input_ids=x[:, context:], past_key_values=cache, use_cache=True).logits
+    return hf_step
 
-    return time_fn(step, device=x.device, warmup=2, repeats=repeats)
+
+def _device_of(model) -> torch.device:
+    return next(model.parameters()).device
+
+
+@torch.no_grad()
+def time_prefill(model, prompt_len: int, *, batch: int = 1, repeats: int = 5, warmup: int = 1):
+    """Time the prefill of a random prompt by the book's decoder or a transformers model (`_prefill_fn`); `warmup`
+    untimed runs first (0 once an earlier length has warmed the kernels) (chapter 01)."""
+    from .timing import time_fn
+    return time_fn(_prefill_fn(model, prompt_len, batch), device=_device_of(model), warmup=warmup,
+                   repeats=repeats)
+
+
+@torch.no_grad()
+def time_decode_step(model, context: int, *, batch: int = 1, repeats: int = 7):
+    """Time one decode step at `context` cached tokens: the book's decoder (via
+    `book.roofline.measure_decode_step`) or a transformers model (`_decode_step_fn`) (chapter 01)."""
+    from .timing import time_fn
+    if not _is_hf(model):
+        from .roofline import measure_decode_step
+        return measure_decode_step(model, batch, context, repeats=repeats)
+    return time_fn(_decode_step_fn(model, context, batch), device=_device_of(model), warmup=2, repeats=repeats)
+
+
+def _models_in_turn(models: Mapping[str, Any], sizes: Sequence[int], make, *, rounds: int, warmup: int, batch: int,
+                    room: int) -> dict[str, list]:
+    from .timing import time_in_turn
+    if not models or not sizes:
+        raise ValueError("need at least one model and one size")
+    if any(int(n) != n or n < 1 for n in sizes):
+        raise ValueError(f"sizes must be positive whole numbers of tokens, got {list(sizes)}")
+    devs = {_device_of(m) for m in models.values()}
+    if len(devs) != 1:
+        raise ValueError(f"the models must share one device to be timed in turn, got {sorted(map(str, devs))}")
+    for m in models.values():                 # the book's cache, once, for the longest
+        if not _is_hf(m):
+            m.setup_cache(batch, max(sizes) + room)
+            if room:
+                m.cache.fill_random(batch, max(sizes))
+    fns = {(name, n): make(m, n, batch) for name, m in models.items() for n in sizes}
+    ts = time_in_turn(fns, device=devs.pop(), warmup=warmup, rounds=rounds)
+    return {name: [ts[(name, n)] for n in sizes] for name in models}
+
+
+@torch.no_grad()
+def time_prefills(models: Mapping[str, Any], prompt_lens: Sequence[int], *, batch: int = 1, rounds: int = 3,
+                  warmup: int = 1) -> dict[str, list]:
+    """Prefill of every model (the book's decoder or transformers) at every prompt length, timed in turn, one pass
+    of each per round (`book.timing.time_in_turn`), so a machine whose speed drifts slows all of them alike, after
+    `warmup` untimed passes of each model at the shortest length (a pass over thousands of tokens costs a CPU
+    seconds): one Timing per length, by model name (chapter 01)."""
+    if warmup < 0:
+        raise ValueError(f"need warmup >= 0, got {warmup}")
+    for m in models.values():
+        if prompt_lens and min(prompt_lens) >= 1:
+            fn = _prefill_fn(m, min(prompt_lens), batch)
+            for _ in range(warmup):
+                fn()
+    return _models_in_turn(models, prompt_lens, _prefill_fn, rounds=rounds, warmup=0, batch=batch, room=0)
+
+
+@torch.no_grad()
+def time_decode_steps(models: Mapping[str, Any], contexts: Sequence[int], *, batch: int = 1, rounds: int = 5,
+                      warmup: int = 2) -> dict[str, list]:
+    """One decode step of every model at every context, timed in turn, one step of each per round
+    (`book.timing.time_in_turn`), so a machine whose speed drifts slows all of them alike: one Timing per context,
+    by model name (chapter 01)."""
+    return _models_in_turn(models, contexts, _decode_step_fn, rounds=rounds, warmup=warmup, batch=batch, room=1)
 
 
 def kv_cache_nbytes(cache) -> int:

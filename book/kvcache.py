@@ -68,6 +68,16 @@ class KVCache:
             t[:, :batch, :, :length].normal_(generator=g)
         self.lengths = torch.full((batch,), length, dtype=torch.long)
 
+    def seek(self, length: int) -> None:
+        """Point every active sequence at its first `length` positions, back or forward, whatever they hold (random
+        keys from `fill_random`, or an earlier step's): one cache serves decode steps timed at several contexts in
+        turn (`book.decode.time_decode_steps`) (chapter 01)."""
+        if self.lengths.numel() == 0:
+            raise ValueError("no active sequences to seek: call reset or fill_random first")
+        if not 0 <= length < self.max_len:
+            raise ValueError(f"length must be in 0..{self.max_len - 1} (one position left to decode), got {length}")
+        self.lengths = torch.full_like(self.lengths, length)
+
     def rewind(self, lengths: int | Sequence[int] | torch.Tensor) -> None:
         """Forget everything after `lengths` (one int for all sequences, or one per sequence); O(1) (chapter 02)."""
         new = torch.as_tensor(lengths, dtype=torch.long).cpu().flatten()

@@ -33,11 +33,18 @@ def apply_style() -> None:
         set_matplotlib_formats("retina")
 
 
+def _ticks_within(lo: float, hi: float, mantissas: tuple[int, ...]) -> int:
+    """How many of m x 10^k (m in `mantissas`) lie in [lo, hi], lo > 0."""
+    import math
+    return sum(lo <= m * 10.0 ** k <= hi for k in range(math.floor(math.log10(lo)) - 1, math.ceil(math.log10(hi)) + 1)
+               for m in mantissas)
+
+
 def plain_log_ticks(ax, axis: str = "y", minor: bool = True, scale: float = 1.0) -> None:
     """Label a logarithmic axis in plain numbers (200, not 2 x 10^2), the minor ticks only at 2 and 5 of each decade
-    (or none with minor=False, for an axis of many decades), so a log axis does not crowd its labels; an axis that
-    spans under a factor of 4 when called labels every minor tick, so it shows more than one number (3.5 to 6 ms
-    would show only 5); `scale` divides the labels (1e9 labels FLOP/s in GFLOP/s: 100, not 1e+11; the caller names
+    (or none with minor=False, for an axis of many decades), so a log axis does not crowd its labels; an axis on
+    which those would label fewer than two ticks when called labels every minor tick, so it shows more than one
+    number (3.5 to 6 ms would show only 5, 12 to 47 only 20); `scale` divides the labels (1e9 labels FLOP/s in GFLOP/s: 100, not 1e+11; the caller names
     the unit) (chapter 00)."""
     from matplotlib.ticker import FuncFormatter
     if axis not in ("x", "y"):
@@ -47,7 +54,7 @@ def plain_log_ticks(ax, axis: str = "y", minor: bool = True, scale: float = 1.0)
     target = ax.yaxis if axis == "y" else ax.xaxis
     target.set_major_formatter(FuncFormatter(lambda v, _: f"{v / scale:g}"))
     lo, hi = sorted(target.get_view_interval())
-    digits = "123456789" if lo > 0 and hi / lo < 4 else "25"      # a narrow axis: every minor tick
+    digits = "125" if lo > 0 and _ticks_within(lo, hi, (1, 2, 5)) >= 2 else "123456789"   # narrow: every tick
     target.set_minor_formatter(FuncFormatter(lambda v, _: f"{v / scale:g}" if minor and f"{v:.0e}"[0] in digits
                                              else ""))
 

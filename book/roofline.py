@@ -7,6 +7,7 @@ import os
 import sys
 import warnings
 from dataclasses import dataclass
+from typing import Sequence
 
 import torch
 
@@ -14,7 +15,7 @@ from .hardware import GPUSpec, gpu
 from .models import Architecture, architecture, dtype_bytes
 
 __all__ = ["Roof", "Work", "dot", "matvec", "matmul", "linear", "decode_step", "compiled_decode_ms", "prefill",
-           "extend", "critical_batch", "mbu", "mfu", "measure_decode_step", "measure_extend", "linear_sweep",
+           "extend", "critical_batch", "mbu", "mfu", "measure_decode_step", "measure_decode_steps", "measure_extend", "linear_sweep",
            "measured_knee", "first_compute_bound", "step_shortfall", "busy_while", "silence_native_stderr", "plot_roofline",
            "reference_suite"]
 
@@ -227,6 +228,10 @@ def step_shortfall(nbytes: float, seconds: float, stream_bw: float,
     at_kernels = nbytes / stream_bw
     head = (f"{kernels} stream {stream_bw / 1e9:,.1f} GB/s here, which reads its bytes in "
             f"{format_seconds(at_kernels)}")
+    if seconds < at_kernels / 1.1:
+        return (f"{head}, and the step took less than that, so the kernels streamed faster during it than when the "
+                f"ceilings were measured (this machine's speed varies); their rate, below the read bandwidth, still "
+                f"accounts for the step")
     if seconds <= margin * at_kernels:
         return f"{head}: the kernels' streaming rate, below the read bandwidth, accounts for the step"
     return (f"{head}: the other {format_seconds(seconds - at_kernels)} of its {format_seconds(seconds)} is a fixed "
@@ -251,6 +256,32 @@ def measure_decode_step(model, batch: int, context: int, *, warmup: int = 3, rep
         return model.decode_step(tokens)
 
     return time_fn(step, device=model.device, warmup=warmup, repeats=repeats)
+
+
+def measure_decode_steps(model, batches: Sequence[int], context: int, *, warmup: int = 1, rounds: int = 3) -> list:
+    """Time one decode step of the book's decoder at each batch size, in turn (`book.timing.time_in_turn`: one step
+    of each batch per round, so a machine whose speed drifts slows every batch alike instead of the last ones), from
+    one random cache sized for the largest batch; one Timing per batch, in order (chapters 02 and 04)."""
+    from .timing import time_in_turn
+    batches = [_count("batch", b) for b in batches]
+    context = _count("context", context, 0)
+    if not batches:
+        raise ValueError("need at least one batch size")
+    top = max(batches)
+    model.setup_cache(top, context + 1)
+    model.cache.fill_random(top, context)
+
+    def step_for(b: int):
+        tokens = torch.randint(0, model.arch.vocab, (b,), device=model.device)
+
+        def step():
+            model.cache.reset(b)           # the first b sequences, each back at `context`
+            model.cache.seek(context)
+            return model.decode_step(tokens)
+        return step
+    ts = time_in_turn({b: step_for(b) for b in dict.fromkeys(batches)}, device=model.device, warmup=warmup,
+                      rounds=rounds)
+    return [ts[b] for b in batches]
 
 
 def measure_extend(model, tokens: int, batch: int, context: int, *, warmup: int = 2, repeats: int = 5):

@@ -417,13 +417,14 @@ class Costs:
 
 @torch.no_grad()
 def step_costs(target, draft_model, prompt: Sequence[int], ks: Sequence[int] = (1, 2, 3, 4, 5, 7, 9), *,
-               repeats: int = 7) -> Costs:
+               repeats: int = 15) -> Costs:
     """Time the target's decode step, the draft's and the target's k-token pass at the prompt's length, each call
-    rewound so the context stays put (book.timing's protocol: warm-up, synchronise, median) (chapter 05)."""
-    from .timing import time_fn
+    rewound so the context stays put, all of them in turn for `repeats` rounds (`book.timing.time_in_turn`: a
+    machine whose speed drifts slows each alike, so their ratios c and v hold) (chapter 05)."""
+    from .timing import time_in_turn
     prompt = list(prompt)
     n = len(prompt)
-    out: dict[str, float] = {}
+    fns: dict = {}
     for name, m in (("target", target), ("draft", draft_model)):
         if m is None:
             continue
@@ -434,18 +435,17 @@ def step_costs(target, draft_model, prompt: Sequence[int], ks: Sequence[int] = (
         def step(m=m, x=x) -> None:
             m.decode_step(x)
             m.rewind(n)
-
-        out[name] = time_fn(step, device=m.device, repeats=repeats, number=None).median
-    verify = {}
+        fns[name] = step
     for k in ks:
         x = torch.tensor([prompt[-k:] if k <= n else (prompt * k)[:k]], device=target.device)
 
         def ext(x=x) -> None:
             target.extend(x)
             target.rewind(n)
-
-        verify[k] = time_fn(ext, device=target.device, repeats=repeats, number=None).median
-    return Costs(out["target"], out.get("draft", math.nan), verify, n)
+        fns[k] = ext
+    ts = time_in_turn(fns, device=target.device, warmup=3, rounds=repeats)
+    return Costs(ts["target"].median, ts["draft"].median if "draft" in ts else math.nan,
+                 {k: ts[k].median for k in ks}, n)
 
 
 @dataclass

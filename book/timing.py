@@ -4,13 +4,15 @@ from __future__ import annotations
 import statistics
 import time
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Hashable, Mapping, TypeVar
 
 import torch
 
 from .device import as_device, synchronize
 
-__all__ = ["Timing", "time_fn", "format_seconds", "time_unit"]
+__all__ = ["Timing", "time_fn", "time_in_turn", "format_seconds", "time_unit"]
+
+K = TypeVar("K", bound=Hashable)
 
 
 def time_unit(s: float, digits: int = 3) -> tuple[float, str]:
@@ -144,3 +146,27 @@ def time_fn(fn: Callable[[], Any], *, device: torch.device | str | None = None, 
             synchronize(dev)
             times.append((time.perf_counter() - t0) / number)
     return Timing(times=tuple(times), device=str(dev), number=number)
+
+
+def time_in_turn(fns: Mapping[K, Callable[[], Any]], *, device: torch.device | str | None = None, warmup: int = 1,
+                 rounds: int = 5) -> dict[K, Timing]:
+    """Time several functions in turn: `warmup` untimed calls of each, then `rounds` rounds that time one call of
+    each, so that a machine whose speed drifts (a shared host, a clock that ramps) slows all of them alike instead of
+    whichever ran last; one Timing per key (chapter 01)."""
+    if not fns:
+        raise ValueError("time_in_turn needs at least one function to time")
+    if warmup < 0 or rounds < 1:
+        raise ValueError(f"need warmup >= 0 and rounds >= 1, got warmup={warmup}, rounds={rounds}")
+    dev = as_device(device)
+    for fn in fns.values():
+        for _ in range(warmup):
+            fn()
+    times: dict[K, list[float]] = {k: [] for k in fns}
+    for _ in range(rounds):
+        for k, fn in fns.items():
+            synchronize(dev)
+            t0 = time.perf_counter()
+            fn()
+            synchronize(dev)
+            times[k].append(time.perf_counter() - t0)
+    return {k: Timing(times=tuple(ts), device=str(dev)) for k, ts in times.items()}

@@ -79,11 +79,17 @@ def _fmt(x: float, unit: str, digits: int = 3) -> str:
         return _fmt(x / 1e3, "s", digits)
     if unit in ("ms", "s", "us"):
         return f"{_sig(x, digits)} {unit}" if abs(x) < 100 else f"{x:,.{digits - 3}f} {unit}"
-    if unit == "x":
-        return f"{x:,.{digits - 1}f}x"
+    if unit == "x":              # 0.91x and 7.75x to two decimals, 12.8x to three figures like `_ratio`
+        return f"{x:,.{digits - 1}f}x" if abs(x) < 10 else f"{_sig(x, digits)}x"
     if unit:
         return f"{_sig(x, digits)} {unit}" if abs(x) < 1000 else f"{x:,.{digits - 3}f} {unit}"
     return _sig(x, digits) if abs(x) < 1000 else f"{x:,.{digits - 3}f}"
+
+
+def _ratio(r: float) -> str:
+    """A ratio to two decimals under 10 and three significant figures from there (19.2, not 19.15): a timing's noise
+    makes the fourth figure meaningless (chapter 00)."""
+    return f"{r:.2f}" if abs(r) < 10 else f"{r:.3g}"
 
 
 def _fmt_pair(a: float, b: float, unit: str, digits: int = 3) -> tuple[str, str]:
@@ -117,7 +123,7 @@ def compare(measured: float, predicted: float, *, what: str, unit: str = "", tol
     vals = {"measured": m, "predicted": p, "ratio": r}
     ref = "the prediction" if against == "predicted" else against
     sm, sp = _fmt_pair(m, p, unit, digits)
-    head = f"{what}: measured {sm}, {against} {sp}, a ratio of {r:.2f}"
+    head = f"{what}: measured {sm}, {against} {sp}, a ratio of {_ratio(r)}"
     if spread is not None and _num(spread, "spread") > max(tol, gap):
         return Verdict(f"{head}; the run-to-run spread ({spread:.0%}) is larger than the gap, so this run "
                        f"cannot tell whether they agree.", "noisy", vals)
@@ -139,14 +145,14 @@ def ratio(a: float, b: float, *, a_name: str, b_name: str, what: str = "time", t
     r = x / y
     vals = {"a": x, "b": y, "ratio": r}
     if spread is not None and _num(spread, "spread") > max(tol, abs(r - 1)):
-        return Verdict(f"{a_name} and {b_name} differ by a factor of {r:.2f} in {what}, within this run's spread "
+        return Verdict(f"{a_name} and {b_name} differ by a factor of {_ratio(r)} in {what}, within this run's spread "
                        f"({spread:.0%}): too noisy to rank them.", "noisy", vals)
     if abs(r - 1) <= tol:
-        return Verdict(f"{a_name} and {b_name} take the same {what} within {tol:.0%} (ratio {r:.2f}).", "agrees", vals)
+        return Verdict(f"{a_name} and {b_name} take the same {what} within {tol:.0%} (ratio {_ratio(r)}).", "agrees", vals)
     verb = "takes" if what == "time" else "has"
     if r > 1:
-        return Verdict(f"{a_name} {verb} {r:.2f}x the {what} of {b_name}.", "above", vals)
-    return Verdict(f"{a_name} {verb} {r:.2f}x the {what} of {b_name} (1/{1 / r:.2f}).", "below", vals)
+        return Verdict(f"{a_name} {verb} {_ratio(r)}x the {what} of {b_name}.", "above", vals)
+    return Verdict(f"{a_name} {verb} {_ratio(r)}x the {what} of {b_name} (1/{_ratio(1 / r)}).", "below", vals)
 
 
 def bound(mbu: float, mfu: float, *, what: str = "this step", at_least: float = 0.5,
@@ -159,8 +165,9 @@ def bound(mbu: float, mfu: float, *, what: str = "this step", at_least: float = 
     if u < 0 or f < 0:
         raise ValueError(f"MBU and MFU must be >= 0, got {mbu}, {mfu}")
     vals = {"mbu": u, "mfu": f}
-    over = (" A share above 100% means this run went faster than the ceiling measured earlier: the device's speed "
-            "drifts (the ceilings table prints their range).") if max(u, f) > 1 else ""
+    over = (" A share above 100% means this run went faster than the ceiling measured earlier, which is one "
+            "benchmark's result (one large square product, one way of reading memory) at one moment, not the "
+            "hardware's limit.") if max(u, f) > 1 else ""
     pu, pf = _pct(u), _pct(f)
     if u >= at_least and u >= f:
         return Verdict(f"{what} streams memory at {pu} of {against} and uses {pf} of the "
@@ -177,7 +184,7 @@ def bound(mbu: float, mfu: float, *, what: str = "this step", at_least: float = 
 
 def _pct(x: float) -> str:
     """A share as the book's tables print it: whole percent from 10%, one decimal below (2.4%, not 2%) (chapter 02)."""
-    return f"{x:.0%}" if x >= 0.1 else f"{x:.1%}"
+    return f"{x:.0%}" if x >= 0.0995 else f"{x:.1%}"   # 0.0998 rounds to 10.0%: print it as 10%
 
 
 def trend(xs: Sequence[float], ys: Sequence[float], *, what: str, x_name: str, unit: str = "",
@@ -199,12 +206,12 @@ def trend(xs: Sequence[float], ys: Sequence[float], *, what: str, x_name: str, u
     if (spread is not None and abs(r - 1) <= _num(spread, "spread")) or against > abs(y1 - y0):
         why = (f"within the run-to-run spread ({spread:.0%})" if spread is not None and abs(r - 1) <= spread
                else "and the points in between move up and down by more than that")
-        return Verdict(f"{what} goes {span} ({r:.2f}x), {why}: too noisy to call a trend.", "noisy", vals)
+        return Verdict(f"{what} goes {span} ({_ratio(r)}x), {why}: too noisy to call a trend.", "noisy", vals)
     if max(abs(y / y0 - 1) for y in ys_f) <= flat:      # every point, not only the two ends
-        return Verdict(f"{what} stays within {flat:.0%} {span} ({r:.2f}x).", "flat", vals)
+        return Verdict(f"{what} stays within {flat:.0%} {span} ({_ratio(r)}x).", "flat", vals)
     if abs(r - 1) <= flat:                               # back near the start, but not flat on the way
         peak = max(ys_f, key=lambda y: abs(y / y0 - 1))
-        return Verdict(f"{what} goes {span} ({r:.2f}x), but reaches {_fmt(peak, unit)} on the way "
+        return Verdict(f"{what} goes {span} ({_ratio(r)}x), but reaches {_fmt(peak, unit)} on the way "
                        f"({peak / y0:.2f}x): not flat.", "rises" if peak > y0 else "falls", vals)
     extra, inner = "", ys_f[1:-1]
     if inner:   # an inner point past the far end by over half the net change: say so ("rises" would hide it)
@@ -212,7 +219,7 @@ def trend(xs: Sequence[float], ys: Sequence[float], *, what: str, x_name: str, u
         if abs(top - y1) > 0.5 * abs(y1 - y0) and (top > y1) == (r > 1):
             extra = (f", {'peaking at' if r > 1 else 'dipping to'} {_fmt(top, unit)} at {x_name} = "
                      f"{xs[1 + inner.index(top)]:,} on the way")
-    return Verdict(f"{what} {'rises' if r > 1 else 'falls'} {span} ({r:.2f}x){extra}.", "rises" if r > 1 else "falls",
+    return Verdict(f"{what} {'rises' if r > 1 else 'falls'} {span} ({_ratio(r)}x){extra}.", "rises" if r > 1 else "falls",
                    vals)
 
 

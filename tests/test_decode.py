@@ -105,6 +105,24 @@ def test_median_gap():
         D.median_gap([1.0])
 
 
+def test_prefills_and_decode_steps_timed_in_turn_for_both_decoders(model):
+    hf = build_random(model.arch, dtype="fp32")
+    pre = D.time_prefills({"HF": hf, "book": model}, [4, 12], rounds=2)
+    dec = D.time_decode_steps({"HF": hf, "book": model}, [3, 20, 7], rounds=2, warmup=1)
+    assert [len(pre[k]) for k in ("HF", "book")] == [2, 2] and [len(dec[k]) for k in ("HF", "book")] == [3, 3]
+    assert all(len(t.times) == 2 and t.median > 0 for ts in (*pre.values(), *dec.values()) for t in ts)
+    assert model.cache.max_len == 21                       # one cache, for the longest context and its step
+    model.cache.seek(20)                                   # forward again, past an earlier step's position
+    model.decode_step(torch.tensor([5]))
+    assert model.cache.lengths.tolist() == [21]
+    with pytest.raises(ValueError, match="0..20"):
+        model.cache.seek(21)
+    with pytest.raises(ValueError, match="positive whole"):
+        D.time_decode_steps({"book": model}, [0, 4])
+    with pytest.raises(ValueError, match="at least one"):
+        D.time_prefills({}, [4])
+
+
 def test_prefill_and_decode_timers_for_both_decoders(model):
     from transformers import DynamicCache
     hf = build_random(model.arch, dtype="fp32")

@@ -34,6 +34,13 @@ def test_a_narrow_log_axis_labels_every_minor_tick():
     minor = ax.yaxis.get_minor_formatter()
     assert minor(4, 0) == "4" and minor(6, 0) == "6" and minor(3, 0) == "3"
     plt.close(fig)
+    for lo, hi, every in [(12.9, 46.5, True), (3, 60, False), (1, 1e4, False)]:   # 12.9-46.5: only "20" at 2 and 5
+        fig, ax = plt.subplots()
+        ax.plot([1, 2], [lo, hi])
+        ax.set_yscale("log")
+        plain_log_ticks(ax)
+        assert (ax.yaxis.get_minor_formatter()(30, 0) == "30") is every, (lo, hi)
+        plt.close(fig)
 
 
 def test_format_bytes():

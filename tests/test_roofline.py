@@ -137,6 +137,18 @@ def test_decode_step_timing_at_a_given_context_with_a_random_cache():
         R.measure_decode_step(model, batch=1, context=-1)
 
 
+def test_decode_steps_at_several_batches_are_timed_in_turn_from_one_cache():
+    model = _tiny_llama()
+    ts = R.measure_decode_steps(model, [1, 4, 2], context=20, warmup=1, rounds=2)
+    assert [len(t.times) for t in ts] == [2, 2, 2] and all(t.median > 0 for t in ts)
+    assert model.cache.batch == 4 and model.cache.max_len == 21       # one cache, for the largest batch
+    assert model.cache.lengths.tolist() == [21, 21]                     # the last call: batch 2, one step past 20
+    with pytest.raises(ValueError, match="batch"):
+        R.measure_decode_steps(model, [0, 2], context=5)
+    with pytest.raises(ValueError, match="at least one"):
+        R.measure_decode_steps(model, [], context=5)
+
+
 def test_compiled_decode_timing_falls_back_to_none_and_leaves_the_model_eager(monkeypatch, capsys):
     from book.llama import Llama
     model = _tiny_llama()
@@ -242,6 +254,8 @@ def test_extend_timing_with_a_random_cache():
 
 def test_step_shortfall_splits_kernels_from_fixed_costs():
     GB = 1e9
+    quick = R.step_shortfall(3.77 * GB, 0.210, 15.9 * GB)     # 237 ms at the kernels' rate, done in 210: varies
+    assert "took less than that" in quick and "accounts for the step" in quick
     # an H200-like eager step: 13.3 GB in 18.8 ms, layers stream 2,237 GB/s (5.95 ms): the rest is fixed cost
     why = R.step_shortfall(13.3 * GB, 18.8e-3, 2237 * GB, "one-row products over 4096-row layers")
     assert why.startswith("one-row products over 4096-row layers stream 2,237.0 GB/s here, which reads its bytes "

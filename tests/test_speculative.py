@@ -274,3 +274,15 @@ def test_tokens_per_round_counts_full_rounds_only_as_the_formula_does():
     assert p.tokens_per_round == pytest.approx(7 / 3)
     assert p.tokens_per_call == pytest.approx(8 / 5)     # the prefill's pass and token included
     assert math.isnan(spec.GammaPoint(3, 1.0, 1, 1, 0, 0.5, 0, [spec.Run([0], [short], 3)]).tokens_per_round)
+
+
+def test_step_costs_time_every_call_in_turn_and_leave_the_context_put(pair):
+    target, draft = pair
+    costs = speculative.step_costs(target, draft, PROMPTS[3], ks=(1, 3), repeats=3)
+    assert costs.context == 20 and set(costs.verify) == {1, 3}
+    assert costs.target_step > 0 and costs.c > 0 and costs.v(3) > 0
+    assert target.cache.lengths.tolist() == [20] and draft.cache.lengths.tolist() == [20]   # rewound each call
+    alone = speculative.step_costs(target, None, PROMPTS[3], ks=(2,), repeats=2)
+    assert math.isnan(alone.draft_step)
+    with pytest.raises(KeyError, match="timed: \\[2\\]"):
+        alone.v(5)

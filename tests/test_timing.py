@@ -1,6 +1,6 @@
 import pytest
 
-from book.timing import Timing, format_seconds, time_fn, time_unit
+from book.timing import Timing, format_seconds, time_fn, time_in_turn, time_unit
 
 
 def test_timing_statistics():
@@ -57,3 +57,29 @@ def test_time_unit_is_judged_after_rounding():
     assert time_unit(0.99996, digits=5) == (1e-3, "ms")       # and stays 999.96 ms at five
     assert time_unit(-0.0123) == (1e-3, "ms")
 
+
+
+def test_time_in_turn_interleaves_rounds_after_warmup():
+    order = []
+    ts = time_in_turn({"a": lambda: order.append("a"), "b": lambda: order.append("b")}, warmup=1, rounds=3)
+    assert order == ["a", "b"] + ["a", "b"] * 3          # warm each once, then one call of each per round
+    assert set(ts) == {"a", "b"} and all(len(t.times) == 3 for t in ts.values())
+
+
+def test_time_in_turn_spreads_a_drifting_machine_over_every_function():
+    import time
+    slow = {"n": 0}
+
+    def drifting():                       # each call slower than the one before: a machine slowing down
+        slow["n"] += 1
+        time.sleep(0.002 * slow["n"])
+    ts = time_in_turn({"x": drifting, "y": drifting}, warmup=0, rounds=4)
+    assert ts["x"].median < ts["y"].median < 1.5 * ts["x"].median   # timed one after the other: 2x apart
+
+
+@pytest.mark.parametrize("kwargs", [{"fns": {}}, {"fns": {"a": print}, "rounds": 0},
+                                    {"fns": {"a": print}, "warmup": -1}])
+def test_time_in_turn_rejects_bad_arguments(kwargs):
+    fns = kwargs.pop("fns")
+    with pytest.raises(ValueError):
+        time_in_turn(fns, **kwargs)

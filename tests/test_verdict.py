@@ -76,9 +76,9 @@ def test_bound_names_the_bandwidth_it_was_measured_against():
 
 def test_bound_explains_a_share_above_one():
     over = V.bound(0.03, 1.18, what="a pass")
-    assert over.outcome == "compute-bound" and "118%" in over.text and "drifts" in over.text
+    assert over.outcome == "compute-bound" and "118%" in over.text and "not the hardware's limit" in over.text
     assert "and 3.0% of" in over.text and "reaches only 29% of" in V.bound(0.29, 0.103).text   # as tables print
-    assert "drifts" in V.bound(1.08, 0.01).text
+    assert "one benchmark" in V.bound(1.08, 0.01).text
     assert "drifts" not in V.bound(0.9, 0.01).text and "drifts" not in V.bound(0.2, 0.8).text
 
 
@@ -179,3 +179,18 @@ def test_compare_prints_at_least_the_digits_asked_for():
     with pytest.raises(ValueError, match="digits >= 1"):
         V.compare(1.0, 1.0, what="x", digits=0)
 
+
+
+def test_large_ratios_print_three_significant_figures():
+    assert "a ratio of 19.2:" in V.compare(192.0, 10.0, what="rise", tol=0.2).text
+    assert "a ratio of 1.85:" in V.compare(18.5, 10.0, what="rise", tol=0.2).text
+    assert "(11.9x)" in V.trend([1, 2], [1.0, 11.86], what="step", x_name="batch").text
+
+
+def test_a_share_that_rounds_to_ten_percent_prints_as_ten_percent():
+    assert "uses 10% of" in V.bound(0.71, 0.0998).text and "uses 9.9% of" in V.bound(0.71, 0.099).text
+
+
+def test_factors_from_ten_print_three_significant_figures():
+    t = V.compare(12.82, 8.92, what="pass / step", unit="x", tol=0.15).text
+    assert "measured 12.8x, predicted 8.92x" in t
