@@ -229,14 +229,13 @@ def step_shortfall(nbytes: float, seconds: float, stream_bw: float,
     head = (f"{kernels} stream {stream_bw / 1e9:,.1f} GB/s here, which reads its bytes in "
             f"{format_seconds(at_kernels)}")
     if seconds < at_kernels / 1.1:
-        return (f"{head}, and the step took less than that, so the kernels streamed faster during it than when the "
-                f"ceilings were measured (this machine's speed varies); their rate, below the read bandwidth, still "
-                f"accounts for the step")
+        return (f"{head}, and the step took less than that: its kernels streamed faster during it than when the "
+                f"ceilings were measured (this machine's speed varies), so this step cannot say where its time went")
     if seconds <= margin * at_kernels:
         return f"{head}: the kernels' streaming rate, below the read bandwidth, accounts for the step"
-    return (f"{head}: the other {format_seconds(seconds - at_kernels)} of its {format_seconds(seconds)} is a fixed "
-            f"cost per step (Python and operator dispatch, small operations, kernel launches on a GPU), not the "
-            f"weights' streaming")
+    return (f"{head}: the other {format_seconds(seconds - at_kernels)} of its {format_seconds(seconds)} is not the "
+            f"weights' streaming at that rate; likely a fixed cost per step (Python and operator dispatch, small "
+            f"operations, kernel launches on a GPU), or a machine running slower than when the ceilings were measured")
 
 
 def measure_decode_step(model, batch: int, context: int, *, warmup: int = 3, repeats: int = 10):
