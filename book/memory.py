@@ -155,6 +155,9 @@ class MemoryBreakdown:
                          f"fits on paper, {self.free / GB:.2f} GB free (under a driver's reserve)")
                         if self.fits else
                         f"does NOT fit, {-self.free / GB:.2f} GB over"))
+        shown = sum(round(v / GB, 2) for v in self.parts().values())
+        if abs(shown - round(self.total / GB, 2)) > 0.005:       # 13.48 + 17.18 + 0.20 + 2.00 beside 32.85
+            lines.append(f"  (each part rounded on its own: the parts as printed add up to {shown:.2f})")
         return "\n".join(lines)
 
 

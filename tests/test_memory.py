@@ -188,3 +188,11 @@ def test_every_public_function_names_its_chapter():
         obj = getattr(mem, name)
         if callable(obj):
             assert obj.__doc__ and "(chapter 03)" in obj.__doc__.strip().splitlines()[0] + obj.__doc__, name
+
+
+def test_a_table_whose_rounded_parts_miss_the_total_says_so():
+    from book import memory as M
+    odd = M.breakdown("Llama-2-7B", "H200", batch=16, context=4096).table()   # 13.48 + 34.36 + 0.20 + 2.00
+    assert "total          50.03 GB" in odd and "the parts as printed add up to 50.04" in odd
+    even = M.breakdown("Llama-2-7B", "H200", batch=1, context=2048).table()
+    assert "add up to" not in even
