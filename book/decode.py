@@ -202,7 +202,7 @@ def _is_hf(model) -> bool:
 
 def _random_tokens(model, batch: int, n: int) -> torch.Tensor:
     vocab = model.config.vocab_size if _is_hf(model) else model.arch.vocab
-    dev = next(model.parameters()).device
+    dev = _device_of(model)
     g = torch.Generator().manual_seed(n)
     return torch.randint(0, vocab, (batch, n), generator=g).to(dev)
 
@@ -224,9 +224,10 @@ def _prefill_fn(model, prompt_len: int, batch: int) -> Callable[[], Any]:
 def _decode_step_fn(model, context: int, batch: int) -> Callable[[], Any]:
     """One decode step at `context` cached tokens, as a function to time. The book's decoder: a random cache (see
     `book.roofline.measure_decode_step`), set back to `context` before every step (`KVCache.seek`), so one cache
-    filled for the longest context serves every shorter one in any order. A transformers model: its own DynamicCache filled with `context` random keys
-    and values, as the book's is (a step costs the same whatever the cached values, and a real prefill of thousands
-    of tokens would cost a CPU minutes), cropped back to `context` before every step."""
+    filled for the longest context serves every shorter one in any order. A transformers model: its own
+    DynamicCache filled with `context` random keys and values, as the book's is (a step costs the same whatever the
+    cached values, and a real prefill of thousands of tokens would cost a CPU minutes), cropped back to `context`
+    before every step."""
     if not _is_hf(model):
         c = model.cache
         if c is None or c.batch < batch or c.max_len <= context or int(c.lengths.min()) < context:
