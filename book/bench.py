@@ -110,7 +110,8 @@ def bench_decode(model: str = "Llama-2-7B", *, layers: int | None = None, dtype:
     out(f"model: {what} (random weights), {dtype}: {_gb(n_params * book.embed.element_size())} of weights "
         f"({n_params / 1e6:,.0f}M parameters); built in {time.perf_counter() - t0:.0f} s")
 
-    read_bw, copy_bw, matvec_bw, mv_path = c.read_bw, c.copy_bw, c.matvec_bw(dtype), c.matvec_path(dtype)
+    read_bw, copy_bw, matvec_bw = c.read_bw, c.copy_bw, c.matvec_bw(dtype)
+    mv_path, mv_used = one_row_paths(book)
     tested = bw_bytes or c.bytes_tested
     out(f"ceilings (measured once, {c.bytes_tested / 2**20:,.0f} MiB): read {read_bw / GB:.1f} GB/s "
         f"(range {c.spread('read'):.0%}), copy {copy_bw / GB:.1f} GB/s; matrix-vector ceiling {dtype} "
@@ -132,7 +133,7 @@ def bench_decode(model: str = "Llama-2-7B", *, layers: int | None = None, dtype:
     book.generate(x, steps + 2)
     if hf:
         _hf_generate(ref, x, 3, None)
-    path = f"eager PyTorch, one row via {mv_path}"
+    path = f"eager PyTorch, one row via {mv_used}"
     if use_compile is not False:
         book.compile_decode()
         book.generate(x, steps + 2)                       # compiles every shape the timed steps use
@@ -237,6 +238,22 @@ def bench_decode(model: str = "Llama-2-7B", *, layers: int | None = None, dtype:
                         copy_bw=copy_bw, matvec_bw=matvec_bw, path=path, bw_samples=tuple(read_samples),
                         mv_samples=tuple(mv_samples), book=tb, hf=th, mbu_book=mbu_book, mbu_mv_book=mbu_mv,
                         mbu_hf=mbu_hf, speedup=speedup, logits_rel_err=err, tokens_equal=same)
+
+
+def one_row_paths(model: Llama) -> tuple[str, str]:
+    """The one-row path each of the decoder's weight matrices takes at its size (`book.llama.linear`): a short tag
+    ("linear", "linear+mulsum") and a phrase for a reader ("linear on 16 and mulsum on 1 of the 17 weight
+    matrices (each by its size)") (chapter 02)."""
+    ws = {id(p): p for n, p in model.named_parameters() if p.dim() == 2 and n != "embed"}
+    ws[id(model.lm_head)] = model.lm_head           # the embedding is read as the LM head only when tied
+    by: dict[str, int] = {}
+    for w in ws.values():
+        path = kernels.matvec_path(w.device, w.dtype, w.numel() * w.element_size())
+        by[path] = by.get(path, 0) + 1
+    if len(by) == 1:
+        return next(iter(by)), f"{next(iter(by))} on all {len(ws)} weight matrices"
+    parts = [f"{p} on {n}" for p, n in sorted(by.items(), key=lambda kv: -kv[1])]
+    return "+".join(sorted(by)), f"{' and '.join(parts)} of the {len(ws)} weight matrices (each by its size)"
 
 
 def _kernel_choice(dev: torch.device, dtype: str) -> str:

@@ -223,22 +223,18 @@ def _prefill_fn(model, prompt_len: int, batch: int) -> Callable[[], Any]:
 
 def _decode_step_fn(model, context: int, batch: int) -> Callable[[], Any]:
     """One decode step at `context` cached tokens, as a function to time. The book's decoder: a random cache (see
-    `book.roofline.measure_decode_step`), set back to `context` before every step (`KVCache.seek`), so one cache
-    filled for the longest context serves every shorter one in any order. A transformers model: its own
+    `book.roofline.measure_decode_step`), set back to `context` before every step (`book.roofline.decode_step_fn`),
+    so one cache filled for the longest context serves every shorter one in any order. A transformers model: its own
     DynamicCache filled with `context` random keys and values, as the book's is (a step costs the same whatever the
     cached values, and a real prefill of thousands of tokens would cost a CPU minutes), cropped back to `context`
     before every step."""
     if not _is_hf(model):
+        from .roofline import decode_step_fn
         c = model.cache
         if c is None or c.batch < batch or c.max_len <= context or int(c.lengths.min()) < context:
             model.setup_cache(batch, context + 1)
             model.cache.fill_random(batch, context)
-        tokens = torch.randint(0, model.arch.vocab, (batch,), device=model.device)
-
-        def book_step():
-            model.cache.seek(context)
-            return model.decode_step(tokens)
-        return book_step
+        return decode_step_fn(model, context, batch)
     from transformers import DynamicCache
     if context < 1:
         raise ValueError(f"a transformers decode step needs context >= 1, got {context}")

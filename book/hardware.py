@@ -457,8 +457,8 @@ class Ceilings:
             if costs:   # a small weight: the fixed cost a call counts, and another path can be quicker
                 from .kernels import call_time, cheapest
                 small = cheapest(costs, 2**20)
-                rows.append((f"  1 MiB weights ({small})", f"{2**20 / call_time(costs[small], 2**20) / GB:,.1f} GB/s",
-                             "-", "-"))
+                rows.append((f"  1 MiB weights ({small}, est.)",
+                             f"{2**20 / call_time(costs[small], 2**20) / GB:,.1f} GB/s", "-", "-"))
             few = self.rows_bw(name)
             if few:
                 rows.append((f"  batch 4 and 16 ({self.rows_path(name)})", f"{few / GB:,.1f} GB/s", "-", "-"))
@@ -477,6 +477,12 @@ class Ceilings:
                          f"batch-1 decode is chosen by the line below)")   # short lines: the output column is narrow
         if len(self.matvec) > 1:
             lines.append(self.decode_text(narrow=True))
+        if any(r[0].endswith(", est.)") for r in rows):
+            lines.append("est.: from the path's fixed cost a call and its 4096-row rate, not timed alone")
+        over = [n for n in self.matvec if self.matvec_layer.get(n) and self.layer_bw(n) > self.matvec_bw(n)]
+        if over:
+            lines.append(f"{', '.join(over)}: 4096-row layers above the one-matrix ceiling; the two were measured at\n"
+                         "  different moments of a machine whose speed varies (see the range)")
         lines.append(f"device: {self.device}; bandwidth tensors {self.bytes_tested / 2**20:,.0f} MiB")
         lines.append("range: (largest - smallest) / median of the (n) samples, taken in turn")
         lines.append(f"datasheet: {ds.name} ({ds.source})" if ds else "datasheet: none in the catalog for this device")

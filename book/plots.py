@@ -40,12 +40,13 @@ def _ticks_within(lo: float, hi: float, mantissas: tuple[int, ...]) -> int:
                for m in mantissas)
 
 
-def plain_log_ticks(ax, axis: str = "y", minor: bool = True, scale: float = 1.0) -> None:
+def plain_log_ticks(ax, axis: str = "y", minor: bool = True, scale: float = 1.0, floor: bool = True) -> None:
     """Label a logarithmic axis in plain numbers (200, not 2 x 10^2), the minor ticks only at 2 and 5 of each decade
     (or none with minor=False, for an axis of many decades), so a log axis does not crowd its labels; an axis on
     which those would label fewer than two ticks when called labels every minor tick, so it shows more than one
-    number (3.5 to 6 ms would show only 5, 12 to 47 only 20); `scale` divides the labels (1e9 labels FLOP/s in GFLOP/s: 100, not 1e+11; the caller names
-    the unit) (chapter 00)."""
+    number (3.5 to 6 ms would show only 5, 12 to 47 only 20); `scale` divides the labels (1e9 labels FLOP/s in
+    GFLOP/s: 100, not 1e+11; the caller names the unit); with `floor`, a y axis whose bottom lies at most 1.5x above a
+    labelled tick is lowered to show it, so the lowest point has a number under it (10.7 gets a 10) (chapter 00)."""
     from matplotlib.ticker import FuncFormatter
     if axis not in ("x", "y"):
         raise ValueError(f"axis must be 'x' or 'y', got {axis!r}")
@@ -55,23 +56,34 @@ def plain_log_ticks(ax, axis: str = "y", minor: bool = True, scale: float = 1.0)
     target.set_major_formatter(FuncFormatter(lambda v, _: f"{v / scale:g}"))
     lo, hi = sorted(target.get_view_interval())
     digits = "125" if lo > 0 and _ticks_within(lo, hi, (1, 2, 5)) >= 2 else "123456789"   # narrow: every tick
+    if floor and axis == "y" and lo > 0:      # a label at or under the lowest point, when one is near
+        import math
+        k = math.floor(math.log10(lo))
+        labelled = [int(d) for d in digits] if minor else [1]
+        under = max(m * 10.0 ** e for e in (k - 1, k) for m in labelled if m * 10.0 ** e <= lo)
+        if under < lo <= 1.5 * under:
+            ax.set_ylim(bottom=under / 1.05)
     target.set_minor_formatter(FuncFormatter(lambda v, _: f"{v / scale:g}" if minor and f"{v:.0e}"[0] in digits
                                              else ""))
 
 
 def label_points(ax, xs, ys, labels, *, min_gap: float = 0.12, fontsize: int = 7) -> list[str]:
     """Annotate points of a log-log plot in order, skipping a label whose point lies within `min_gap` decades (on
-    both axes) of the last one labelled, so labels of points that crowd together do not print over each other;
-    returns the labels drawn (chapter 02)."""
+    both axes) of the last one labelled, so labels of points that crowd together do not print over each other; a
+    label goes under its point, or over it where the point sits in the lowest tenth of the axes (under it, the
+    x-axis would cut it); returns the labels drawn (chapter 02)."""
     import math
     drawn, last = [], None
+    y0, y1 = sorted(ax.get_ylim())
+    lo, hi = (math.log10(y0), math.log10(y1)) if y0 > 0 else (0.0, 0.0)
     for x, y, text in zip(xs, ys, labels):
         if x <= 0 or y <= 0:
             raise ValueError(f"a log-log point needs x, y > 0, got ({x}, {y})")
         here = (math.log10(x), math.log10(y))
         if last is not None and abs(here[0] - last[0]) < min_gap and abs(here[1] - last[1]) < min_gap:
             continue
-        ax.annotate(text, (x, y), textcoords="offset points", xytext=(4, -10), fontsize=fontsize)
+        low = hi > lo and (here[1] - lo) / (hi - lo) < 0.1
+        ax.annotate(text, (x, y), textcoords="offset points", xytext=(4, 4 if low else -10), fontsize=fontsize)
         drawn.append(text)
         last = here
     return drawn

@@ -15,9 +15,9 @@ from .hardware import GPUSpec, gpu
 from .models import Architecture, architecture, dtype_bytes
 
 __all__ = ["Roof", "Work", "dot", "matvec", "matmul", "linear", "decode_step", "compiled_decode_ms", "prefill",
-           "extend", "critical_batch", "mbu", "mfu", "measure_decode_step", "measure_decode_steps", "measure_extend", "linear_sweep",
-           "measured_knee", "first_compute_bound", "step_shortfall", "busy_while", "silence_native_stderr", "plot_roofline",
-           "reference_suite"]
+           "extend", "critical_batch", "mbu", "mfu", "measure_decode_step", "measure_decode_steps", "decode_step_fn",
+           "measure_extend", "linear_sweep", "measured_knee", "first_compute_bound", "step_shortfall", "busy_while",
+           "silence_native_stderr", "plot_roofline", "reference_suite"]
 
 
 def _positive(name: str, value: float) -> None:
@@ -232,7 +232,10 @@ def step_shortfall(nbytes: float, seconds: float, stream_bw: float,
         return (f"{head}, and the step took less than that: its kernels streamed faster during it than when the "
                 f"ceilings were measured (this machine's speed varies), so this step cannot say where its time went")
     if seconds <= margin * at_kernels:
-        return f"{head}: the kernels' streaming rate, below the read bandwidth, accounts for the step"
+        rest = seconds - at_kernels
+        return (f"{head}: the kernels' streaming rate, below the read bandwidth, accounts for the step within "
+                f"{margin - 1:.0%}" + (f" (the other {format_seconds(rest)} of its {format_seconds(seconds)}: a fixed "
+                                        f"cost per step or the machine's drift)" if rest > 0.05 * seconds else ""))
     return (f"{head}: the other {format_seconds(seconds - at_kernels)} of its {format_seconds(seconds)} is not the "
             f"weights' streaming at that rate; likely a fixed cost per step (Python and operator dispatch, small "
             f"operations, kernel launches on a GPU), or a machine running slower than when the ceilings were measured")
@@ -269,18 +272,27 @@ def measure_decode_steps(model, batches: Sequence[int], context: int, *, warmup:
     top = max(batches)
     model.setup_cache(top, context + 1)
     model.cache.fill_random(top, context)
-
-    def step_for(b: int):
-        tokens = torch.randint(0, model.arch.vocab, (b,), device=model.device)
-
-        def step():
-            model.cache.reset(b)           # the first b sequences, each back at `context`
-            model.cache.seek(context)
-            return model.decode_step(tokens)
-        return step
-    ts = time_in_turn({b: step_for(b) for b in dict.fromkeys(batches)}, device=model.device, warmup=warmup,
-                      rounds=rounds)
+    ts = time_in_turn({b: decode_step_fn(model, context, b) for b in dict.fromkeys(batches)}, device=model.device,
+                      warmup=warmup, rounds=rounds)
     return [ts[b] for b in batches]
+
+
+def decode_step_fn(model, context: int, batch: int):
+    """One decode step of the book's decoder for the first `batch` sequences of its cache, each set back to
+    `context` cached tokens before every step, as a function to time: the cache, filled once with random keys
+    (`KVCache.fill_random`) for the most sequences and the longest context, serves every batch and context in any
+    order (chapters 01 and 02)."""
+    c = model.cache
+    if c is None or c.batch < batch or c.max_len <= context:
+        raise ValueError(f"a step of {batch} sequences at context {context} needs a cache of at least that batch "
+                         f"and {context + 1} positions: call setup_cache and cache.fill_random first")
+    tokens = torch.randint(0, model.arch.vocab, (batch,), device=model.device)
+
+    def step():
+        model.cache.reset(batch)           # the first `batch` sequences, each back at `context`
+        model.cache.seek(context)
+        return model.decode_step(tokens)
+    return step
 
 
 def measure_extend(model, tokens: int, batch: int, context: int, *, warmup: int = 2, repeats: int = 5):
@@ -304,22 +316,23 @@ def measure_extend(model, tokens: int, batch: int, context: int, *, warmup: int 
 def linear_sweep(batches: list[int], d_in: int, d_out: int, dtype: str = "bf16", device=None, *,
                  repeats: int = 3) -> list[dict]:
     """Time y = x W^T for a [d_out, d_in] weight at each batch size, through the decoder's own product
-    (`book.llama.linear`, which picks the kernel measured fastest here for one row and for a few): the roofline,
-    measured (chapter 02)."""
-    from .build import progress
+    (`book.llama.linear`, which picks the kernel measured fastest here for one row and for a few), every batch in
+    turn (`book.timing.time_in_turn`: one product of each per round, `repeats` rounds), so a machine whose speed
+    drifts slows every batch alike: the roofline, measured; each row carries its time's spread (chapter 02)."""
     from .llama import linear as decoder_linear
     from .device import as_device
     from .hardware import random_tensor
     from .models import _torch_dtype
-    from .timing import time_fn
+    from .timing import time_in_turn
     dev, dt = as_device(device), _torch_dtype(dtype)
     w = random_tensor(d_out, d_in, device=dev, dtype=dt)
+    xs = {b: random_tensor(_count("batch", b), d_in, device=dev, dtype=dt) for b in batches}
+    ts = time_in_turn({b: (lambda x=x: decoder_linear(x, w)) for b, x in xs.items()}, device=dev, warmup=1,
+                      rounds=repeats)
     rows = []
-    for b in progress(batches, desc="matmul sweep"):
-        x = random_tensor(_count("batch", b), d_in, device=dev, dtype=dt)
-        t = time_fn(lambda: decoder_linear(x, w), device=dev, warmup=1, repeats=repeats)
-        work = linear(b, d_in, d_out, dtype)
-        rows.append({"batch": b, "seconds": t.median, "flops": work.flops, "bytes": work.bytes,
+    for b in batches:
+        t, work = ts[b], linear(b, d_in, d_out, dtype)
+        rows.append({"batch": b, "seconds": t.median, "spread": t.spread, "flops": work.flops, "bytes": work.bytes,
                      "intensity": work.intensity, "flop_rate": work.flops / t.median,
                      "byte_rate": work.bytes / t.median})
     return rows

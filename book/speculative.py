@@ -46,8 +46,11 @@ def tail_loop(tokens: Sequence[int] | torch.Tensor, min_tokens: int = 12) -> tup
     return best
 
 
-def windows(tokens: torch.Tensor, length: int, max_windows: int | None = None) -> torch.Tensor:
-    """Consecutive non-overlapping windows [n, length] cut from a 1-D token stream."""
+def windows(tokens: torch.Tensor, length: int, max_windows: int | None = None, *,
+            spread: bool = False) -> torch.Tensor:
+    """Non-overlapping windows [n, length] cut from a 1-D token stream: the first `max_windows` of them, or with
+    `spread` that many spread evenly over the whole stream, so a sample of a corpus of many files is not a few of
+    its files (appendix A)."""
     if tokens.dim() != 1:
         raise ValueError(f"expected a 1-D token stream, got shape {tuple(tokens.shape)}")
     if length < 2:
@@ -55,9 +58,14 @@ def windows(tokens: torch.Tensor, length: int, max_windows: int | None = None) -
     n = len(tokens) // length
     if n < 1:
         raise ValueError(f"a stream of {len(tokens)} tokens holds no window of {length}")
-    if max_windows is not None:
-        n = min(n, max_windows)
-    return tokens[:n * length].view(n, length)
+    every = tokens[:n * length].view(n, length)
+    if max_windows is None or max_windows >= n:
+        return every
+    if max_windows < 1:
+        raise ValueError(f"max_windows must be at least 1, got {max_windows}")
+    if not spread:
+        return every[:max_windows]
+    return every[torch.linspace(0, n - 1, max_windows).round().long()]
 
 
 @torch.no_grad()
@@ -611,7 +619,7 @@ def tv_samples_needed(categories: int, eps: float, delta: float = 1e-3) -> int:
 
 def tv_test(samples: Sequence[int] | torch.Tensor, p: torch.Tensor, *, eps: float, delta: float = 1e-3,
             min_mass: float | None = None) -> dict:
-    """Do `samples` (token ids) come from p? Outcomes rarer than `min_mass` (default eps / categories) are pooled
+    """Do `samples` (token ids) come from p? Outcomes rarer than `min_mass` (default eps / 64) are pooled
     into one 'other' category; passes when the empirical TV distance is below eps/2. Returns the distance, the
     sample size the guarantee needs, and whether it passed (chapter 05)."""
     s = torch.as_tensor(samples, dtype=torch.long).flatten().cpu()

@@ -8,12 +8,13 @@ text and renders as Markdown in Jupyter (live and in the built book).
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field, replace
 from typing import Callable, Sequence
 
 from .timing import time_unit
 
-__all__ = ["Verdict", "compare", "ratio", "bound", "trend", "pick", "say", "inversions", "OUTCOMES"]
+__all__ = ["Verdict", "compare", "ratio", "bound", "trend", "pick", "say", "inversions", "pct", "OUTCOMES"]
 
 #: The outcomes a verdict can have; unit tests drive each of them with contrasting numbers.
 OUTCOMES = ("agrees", "above", "below", "noisy", "memory-bound", "compute-bound", "neither", "rises", "falls",
@@ -87,22 +88,30 @@ def _fmt(x: float, unit: str, digits: int = 3) -> str:
 
 
 def _ratio(r: float) -> str:
-    """A ratio to two decimals under 10 and three significant figures from there (19.2, not 19.15): a timing's noise
-    makes the fourth figure meaningless (chapter 00)."""
-    return f"{r:.2f}" if abs(r) < 10 else f"{r:.3g}"
+    """A ratio to two decimals from 0.1 to 10, two significant figures under 0.1 (0.038) and three from 10 (19.2, not
+    19.15): a timing's noise makes the fourth figure meaningless (chapter 00)."""
+    if abs(r) < 0.1:
+        return _sig(r, 2)                  # 0.038, not 0.04
+    return f"{r:.2f}" if abs(r) < 10 else _sig(r, 3) if abs(r) < 1000 else f"{r:,.0f}"   # 13.0, not 13
 
 
 def _fmt_pair(a: float, b: float, unit: str, digits: int = 3) -> tuple[str, str]:
-    """Two values printed side by side, with at least `digits` significant figures and enough more that rounding
-    does not invent a gap: 207.5 and 207.48 print as 207.5 and 207.5, not 208 and 207; both in one unit
+    """Two values printed side by side, with at least `digits` significant figures and more only where rounding
+    would invent a gap or more than double it: 207.5 and 207.48 print as 207.5 and 207.5, not 208 and 207, while
+    22.43 and 22.49 stay 22.4 and 22.5 (a fourth figure a timing's noise does not support); both in one unit
     (chapter 00)."""
     if unit.strip() == "ms" and time_unit(max(abs(a), abs(b)) / 1e3)[1] == "s":   # 7.68 s and 4.14 s, both in s
         a, b, unit = a / 1e3, b / 1e3, "s"
     for d in range(digits, max(digits, 5) + 1):
         sa, sb = _fmt(a, unit, d), _fmt(b, unit, d)
-        if sa == sb or abs(a - b) >= 0.005 * max(abs(a), abs(b)) * 10 ** (3 - d):
+        if sa == sb or abs(_printed(sa) - _printed(sb)) <= 2 * abs(a - b):
             return sa, sb
     return sa, sb
+
+
+def _printed(s: str) -> float:
+    """The number a formatted value shows ("1,234 ms" -> 1234.0), to compare a printed gap with the real one."""
+    return float(re.match(r"-?[\d,]*\.?\d+", s).group().replace(",", ""))
 
 
 def compare(measured: float, predicted: float, *, what: str, unit: str = "", tol: float = 0.15,
@@ -168,7 +177,7 @@ def bound(mbu: float, mfu: float, *, what: str = "this step", at_least: float = 
     over = (" A share above 100% means this run went faster than the ceiling measured earlier, which is one "
             "benchmark's result (one large square product, one way of reading memory) at one moment, not the "
             "hardware's limit.") if max(u, f) > 1 else ""
-    pu, pf = _pct(u), _pct(f)
+    pu, pf = pct(u), pct(f)
     if u >= at_least and u >= f:
         return Verdict(f"{what} streams memory at {pu} of {against} and uses {pf} of the "
                        f"compute roof: it is memory-bound.{over}", "memory-bound", vals)
@@ -182,7 +191,7 @@ def bound(mbu: float, mfu: float, *, what: str = "this step", at_least: float = 
                    f"roof is reached, so time goes to something else ({why}).", "neither", vals)
 
 
-def _pct(x: float) -> str:
+def pct(x: float) -> str:
     """A share as the book's tables print it: whole percent from 10%, one decimal below (2.4%, not 2%) (chapter 02)."""
     return f"{x:.0%}" if x >= 0.0995 else f"{x:.1%}"   # 0.0998 rounds to 10.0%: print it as 10%
 

@@ -103,14 +103,19 @@ def test_page_renders_with_its_figures_and_no_external_scripts(server, browser, 
         return [e.currentSrc.slice(-40), e.getBoundingClientRect().width / drawn];
     }).filter(([, r]) => r < 0.9).map(([s, r]) => `${s} at ${Math.round(100 * r)}%`)""")
     assert not shrunk, f"{page_path}: figures shrunk to fit the column (unreadable labels): {shrunk[:4]}"
-    # a full-width figure spreads into the right margin, where the sticky "Contents" panel sits: scrolled to the top
-    # of the window, its right edge must still be the topmost thing there
-    covered = page.eval_on_selector_all("main div.cell.tag_full-width .cell_output img", """els => els.map(e => {
-        e.scrollIntoView({block: 'start'}); window.scrollBy(0, -120);
-        const r = e.getBoundingClientRect();
-        const top = document.elementFromPoint(Math.min(r.right - 20, innerWidth - 1), Math.max(r.top + 30, 80));
-        return top === e ? null : `${e.currentSrc.slice(-40)} under ${top && (top.className || top.tagName)}`;
-    }).filter(Boolean)""")
+    # a full-width figure spreads into the right margin, where the "Contents" panel sits: the theme folds the panel
+    # into a sticky button while such a figure is in view (an IntersectionObserver, a frame after the scroll), so,
+    # scrolled near the top of the window and given that frame, the figure's right edge must be the topmost thing
+    covered = []
+    for img in page.locator("main div.cell.tag_full-width .cell_output img").element_handles():
+        img.evaluate("e => { e.scrollIntoView({block: 'start'}); window.scrollBy(0, -120); }")
+        page.wait_for_timeout(300)
+        covered += [img.evaluate("""e => {
+            const r = e.getBoundingClientRect();
+            const top = document.elementFromPoint(Math.min(r.right - 20, innerWidth - 1), Math.max(r.top + 30, 80));
+            return top === e ? null : `${e.currentSrc.slice(-40)} under ${top && (top.className || top.tagName)}`;
+        }""")]
+    covered = [c for c in covered if c]
     assert not covered, f"{page_path}: full-width figures hidden by another element: {covered[:3]}"
     if page_path.startswith("chapters/"):
         assert len(images) >= 3, f"{page_path} shows only {len(images)} figures"

@@ -120,10 +120,13 @@ def test_the_decoders_path_follows_layer_sized_matrices_not_the_ceiling():
     assert c.matvec_costs("bf16") is None                                # no fixed costs measured: one path
     c = replace(c, matvec_call={"bf16": {"mv": 5e-6, "mulsum": 2e-5}})
     assert c.matvec_costs("bf16") == {"mv": (5e-6, 0.89e12), "mulsum": (2e-5, 0.35e12)}
-    assert "1 MiB weights (mv)" in c.table()
+    assert "1 MiB weights (mv, est.)" in c.table() and "est.: from the path's fixed cost" in c.table()
     assert hw.Ceilings.from_json(c.to_json()).matvec_call == c.matvec_call
     c = replace(c, few_rows={"bf16": {"linear": 1e11, "wx": 3e11}})
     assert c.rows_path("bf16") == "wx" and "batch 4 and 16 (wx)" in c.table()
+    assert "above the one-matrix ceiling" not in c.table()
+    faster = replace(c, matvec_layer={"bf16": {"mv": 3.1e12, "mulsum": 0.35e12}})  # sampled at a quicker moment
+    assert "bf16: 4096-row layers above the one-matrix ceiling" in faster.table()
     assert hw.Ceilings.from_json(c.to_json()).few_rows == c.few_rows
 
 

@@ -33,6 +33,7 @@ def test_a_narrow_log_axis_labels_every_minor_tick():
     plain_log_ticks(ax)
     minor = ax.yaxis.get_minor_formatter()
     assert minor(4, 0) == "4" and minor(6, 0) == "6" and minor(3, 0) == "3"
+    assert 2.8 < ax.get_ylim()[0] < 3                  # lowered to show the 3 under 3.5
     plt.close(fig)
     for lo, hi, every in [(12.9, 46.5, True), (3, 60, False), (1, 1e4, False)]:   # 12.9-46.5: only "20" at 2 and 5
         fig, ax = plt.subplots()
@@ -63,3 +64,29 @@ def test_label_points_skips_a_label_crowding_the_last_one():
     with pytest.raises(ValueError, match="x, y > 0"):
         label_points(ax, [0], [1], ["bad"])
     plt.close(fig)
+
+
+def test_a_label_goes_over_a_point_at_the_bottom_of_the_axes():
+    fig, ax = plt.subplots()
+    ax.plot([1, 10, 100], [1e9, 1e10, 1e11], "o")
+    ax.set(xscale="log", yscale="log")
+    label_points(ax, [1, 100], [1e9, 1e11], ["B=1", "B=64"])
+    offsets = {a.get_text(): a.xyann for a in ax.texts}
+    assert offsets["B=1"][1] > 0 and offsets["B=64"][1] < 0     # the lowest point's label above it
+    plt.close(fig)
+
+
+def test_a_log_axis_is_lowered_to_show_a_label_under_its_lowest_point():
+    fig, ax = plt.subplots()
+    ax.plot([16, 32, 64], [10.7, 21.6, 42.2])        # the view starts just above 10: no label under 10.7
+    ax.set_yscale("log")
+    plain_log_ticks(ax)
+    assert ax.get_ylim()[0] < 10 <= 10.7
+    fig2, ax2 = plt.subplots()
+    ax2.plot([1, 2], [95.0, 1000.0])                 # 50 is over 1.5x under the bottom: left as it is
+    ax2.set_yscale("log")
+    bottom = ax2.get_ylim()[0]
+    plain_log_ticks(ax2)
+    assert ax2.get_ylim()[0] == bottom
+    plt.close(fig)
+    plt.close(fig2)

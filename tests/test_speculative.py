@@ -35,10 +35,15 @@ def test_tail_loop_needs_two_full_copies():
 def test_windows_shapes_and_errors():
     w = speculative.windows(torch.arange(100), 10, max_windows=3)
     assert w.shape == (3, 10) and int(w[2, 0]) == 20
+    spread = speculative.windows(torch.arange(100), 10, max_windows=3, spread=True)
+    assert spread[:, 0].tolist() == [0, 40, 90]           # the first, a middle and the last of the ten
+    assert speculative.windows(torch.arange(100), 10, max_windows=30, spread=True).shape == (10, 10)
     with pytest.raises(ValueError):
         speculative.windows(torch.arange(5), 10)
     with pytest.raises(ValueError):
         speculative.windows(torch.zeros(2, 5), 2)
+    with pytest.raises(ValueError, match="max_windows"):
+        speculative.windows(torch.arange(100), 10, max_windows=0)
 
 
 class _Toy(torch.nn.Module):
