@@ -233,9 +233,10 @@ def step_shortfall(nbytes: float, seconds: float, stream_bw: float,
                 f"ceilings were measured (this machine's speed varies), so this step cannot say where its time went")
     if seconds <= margin * at_kernels:
         rest = seconds - at_kernels
-        return (f"{head}: the kernels' streaming rate, below the read bandwidth, accounts for the step within "
-                f"{margin - 1:.0%}" + (f" (the other {format_seconds(rest)} of its {format_seconds(seconds)}: a fixed "
-                                        f"cost per step or the machine's drift)" if rest > 0.05 * seconds else ""))
+        return (f"{head}: the kernels' streaming rate, below the read bandwidth, accounts for the step "
+                f"({format_seconds(seconds)}, {seconds / at_kernels:.2f}x that"
+                + (f"; the other {format_seconds(rest)}: a fixed cost per step or the machine's drift)"
+                   if rest > 0.05 * seconds else ")"))
     return (f"{head}: the other {format_seconds(seconds - at_kernels)} of its {format_seconds(seconds)} is not the "
             f"weights' streaming at that rate; likely a fixed cost per step (Python and operator dispatch, small "
             f"operations, kernel launches on a GPU), or a machine running slower than when the ceilings were measured")
