@@ -35,7 +35,6 @@ def apply_style() -> None:
 
 def _ticks_within(lo: float, hi: float, mantissas: tuple[int, ...]) -> int:
     """How many of m x 10^k (m in `mantissas`) lie in [lo, hi], lo > 0."""
-    import math
     return sum(lo <= m * 10.0 ** k <= hi for k in range(math.floor(math.log10(lo)) - 1, math.ceil(math.log10(hi)) + 1)
                for m in mantissas)
 
@@ -57,7 +56,6 @@ def plain_log_ticks(ax, axis: str = "y", minor: bool = True, scale: float = 1.0,
     lo, hi = sorted(target.get_view_interval())
     digits = "125" if lo > 0 and _ticks_within(lo, hi, (1, 2, 5)) >= 2 else "123456789"   # narrow: every tick
     if floor and axis == "y" and lo > 0:      # a label at or under the lowest point, when one is near
-        import math
         k = math.floor(math.log10(lo))
         labelled = [int(d) for d in digits] if minor else [1]
         under = max(m * 10.0 ** e for e in (k - 1, k) for m in labelled if m * 10.0 ** e <= lo)
@@ -72,7 +70,6 @@ def label_points(ax, xs, ys, labels, *, min_gap: float = 0.12, fontsize: int = 7
     both axes) of the last one labelled, so labels of points that crowd together do not print over each other; a
     label goes under its point, or over it where the point sits in the lowest tenth of the axes (under it, the
     x-axis would cut it); returns the labels drawn (chapter 02)."""
-    import math
     drawn, last = [], None
     y0, y1 = sorted(ax.get_ylim())
     lo, hi = (math.log10(y0), math.log10(y1)) if y0 > 0 else (0.0, 0.0)
