@@ -304,13 +304,19 @@ def _models_in_turn(models: Mapping[str, Any], sizes: Sequence[int], make, *, ro
 
 @torch.no_grad()
 def time_prefills(models: Mapping[str, Any], prompt_lens: Sequence[int], *, batch: int = 1, rounds: int = 3,
-                  warmup: int = 1) -> dict[str, list]:
+                  warmup: int = 1, every_length: bool | None = None) -> dict[str, list]:
     """Prefill of every model (the book's decoder or transformers) at every prompt length, timed in turn, one pass
     of each per round (`book.timing.time_in_turn`), so a machine whose speed drifts slows all of them alike, after
-    `warmup` untimed passes of each model at the shortest length (a pass over thousands of tokens costs a CPU
-    seconds): one Timing per length, by model name (chapter 01)."""
+    `warmup` untimed passes of each model: at every length where `every_length` (the default on a GPU, whose first
+    pass at a new shape picks kernels and grows its allocator), else at the shortest only (a pass over thousands of
+    tokens costs a CPU seconds): one Timing per length, by model name (chapter 01)."""
     if warmup < 0:
         raise ValueError(f"need warmup >= 0, got {warmup}")
+    if every_length is None:
+        every_length = any(_device_of(m).type == "cuda" for m in models.values())
+    if every_length:
+        return _models_in_turn(models, prompt_lens, _prefill_fn, rounds=rounds, warmup=warmup, batch=batch,
+                               room=0)
     for m in models.values():
         if prompt_lens and min(prompt_lens) >= 1:
             fn = _prefill_fn(m, min(prompt_lens), batch)

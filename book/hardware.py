@@ -266,6 +266,13 @@ FALLBACK_BELOW_FP32 = 1.25
 #: same bytes differ by less than that from run to run, and bf16 keeps fp32's range.
 DECODE_SWITCH = 1.25
 
+#: Elements of one of the 4096-row layers the decoder's path is chosen on ([4096, 4096], `measured_ceilings`).
+LAYER_ELEMENTS = 4096 * 4096
+
+
+def _dtype_bytes(name: str) -> int:
+    return DTYPES[name].itemsize
+
 
 @dataclass(frozen=True)
 class Ceilings:
@@ -390,12 +397,34 @@ class Ceilings:
         return max(rates, key=rates.get)
 
     def matvec_costs(self, dtype: str) -> dict[str, tuple[float, float]] | None:
-        """Each one-row path's (fixed seconds a call, bytes/s on 4096-row layers), from which the decoder picks the
-        quickest path for each weight's size; None where the fixed costs were not measured (chapter 02)."""
+        """Each one-row path's (fixed seconds a call, bytes/s it streams beyond that), from which the decoder picks
+        the quickest path for each weight's size (`kernels.call_time`); None where the fixed costs were not measured
+        (chapter 02). A 4096-row call's time holds the fixed cost once, so the streaming rate is its bytes over the
+        rest; where the fixed cost is most of such a call (a GPU's launches), the rest is too small to measure and
+        the path's rate on one large matrix stands in."""
         fixed, rates = self.matvec_call.get(dtype), self.matvec_layer.get(dtype)
         if not fixed or not rates:
             return None
-        return {p: (fixed[p], rates[p]) for p in fixed if p in rates and rates[p] > 0} or None
+        size = LAYER_ELEMENTS * _dtype_bytes(dtype)
+        costs = {}
+        for p in fixed:
+            if p not in rates or rates[p] <= 0:
+                continue
+            t = size / rates[p]
+            big = self.matvec.get(dtype, {}).get(p)
+            stream = size / (t - fixed[p]) if t - fixed[p] >= 0.5 * t or not big else big
+            costs[p] = (fixed[p], stream)
+        return costs or None
+
+    def layer_call(self, dtype: str) -> tuple[float, float] | None:
+        """(seconds one 4096-row call takes through the decoder's path, seconds of it that path's fixed cost a
+        call), or None where the fixed cost was not measured: where the fixed cost is most of the call, the
+        4096-row rate is set by calls rather than by memory (chapter 02)."""
+        path = self.matvec_path(dtype)
+        fixed = self.matvec_call.get(dtype, {}).get(path)
+        if fixed is None or not self.matvec_layer.get(dtype):
+            return None
+        return LAYER_ELEMENTS * _dtype_bytes(dtype) / self.layer_bw(dtype), fixed
 
     def rows_path(self, dtype: str) -> str:
         """The decoder's path for 2-32 rows of `dtype` (see book.kernels.ROW_PATHS): the faster measured, else
@@ -479,6 +508,10 @@ class Ceilings:
             lines.append(self.decode_text(narrow=True))
         if any(r[0].endswith(", est.)") for r in rows):
             lines.append("est.: from the path's fixed cost a call and its 4096-row rate, not timed alone")
+        calls = [(n, lc) for n in self.matvec if (lc := self.layer_call(n)) and lc[1] >= 0.5 * lc[0]]
+        if calls:   # a GPU's launches one at a time: the 4096-row rates measure calls, not memory
+            lines.append("4096-row layers: rates set by each call's fixed cost more than by memory")
+            lines += [f"  {n}: {lc[0] * 1e6:.1f} µs a call, {lc[1] * 1e6:.1f} µs of it fixed" for n, lc in calls]
         over = [n for n in self.matvec if self.matvec_layer.get(n) and self.layer_bw(n) > self.matvec_bw(n)]
         if over:
             lines.append(f"{', '.join(over)}: 4096-row layers above the one-matrix ceiling; the two were measured at\n"
@@ -641,7 +674,7 @@ def measured_ceilings(device: torch.device | str | None = None, *, refresh: bool
         matvec[name], failed[name] = dict(r), dict(r.failed)
         # The decoder's choice is made on layer-sized matrices read in turn, as a decode step reads them (a kernel
         # that wins on one huge matrix can lose on 4096 rows, where each call's fixed cost counts).
-        r = kernels.measure_matvec(min(nbytes, 2 * 2**30), dev, DTYPES[name], rows=4096,
+        r = kernels.measure_matvec(min(nbytes, 2 * 2**30), dev, DTYPES[name], rows=4096, k=4096,
                                    paths=tuple(matvec[name]))
         layer[name] = dict(r)
         # and the fixed cost a call, on small weights, so a small model's layers take the path quickest for them

@@ -6,8 +6,8 @@ reads the weights. Plain PyTorch has several, and which one streams fastest depe
 never picks for one machine: `measure_matvec` times every path on the reader's device, once, over the same bytes as
 the bandwidth test, and the decoder (`book.llama.linear`) uses the fastest. The best of them is the device's
 *matrix-vector ceiling*, the most a decode step in plain PyTorch can hope to stream. Each path also has a fixed cost
-per call (a compiled function checks its guards before it runs, which on some CPUs takes longer than reading a small
-model's layer), so each is described by a fixed cost and a streaming rate, and a weight takes the path that is
+per call (Python and operator dispatch, a kernel launch on a GPU, and a compiled function's guard checks, which on
+some CPUs take longer than reading a small model's layer), so each is described by a fixed cost and a streaming rate, and a weight takes the path that is
 quickest *for its size* (`matvec_costs`, `set_matvec_costs`). A few rows at once (a batched step, a verification
 pass) get the same treatment: `measure_rows` times F.linear against the product with the weight on the left, which
 on some CPUs streams several times faster.
@@ -72,8 +72,8 @@ def _env_path() -> str | None:
 
 
 def call_time(cost: tuple[float, float], nbytes: float) -> float:
-    """Predicted seconds of one call on a weight of `nbytes`, from a path's (fixed seconds a call, bytes/s):
-    fixed cost + nbytes / rate (chapter 02)."""
+    """Predicted seconds of one call on a weight of `nbytes`, from a path's (fixed seconds a call, bytes/s it
+    streams beyond that; `Ceilings.matvec_costs`): fixed cost + nbytes / rate (chapter 02)."""
     return cost[0] + nbytes / cost[1]
 
 
@@ -286,8 +286,8 @@ def measure_call_cost(paths: tuple[str, ...] = tuple(PATHS), device: torch.devic
                       dtype: torch.dtype = torch.bfloat16, *, repeats: int = 7) -> dict[str, float]:
     """Each path's fixed cost a call, in seconds (chapter 02): the time a call takes on one small
     [SMALL_ROWS, SMALL_K] weight that stays in cache, whose bytes are read in well under a microsecond, so what is
-    left is the cost of calling the path (a compiled function checks its guards first). A path that fails here is
-    left out (`measure_matvec` reports why)."""
+    left is the cost of calling the path (Python and operator dispatch, a kernel launch on a GPU, a compiled
+    function's guard checks). A path that fails here is left out (`measure_matvec` reports why)."""
     dev = as_device(device)
     w = torch.randn(SMALL_ROWS, SMALL_K, device=dev).to(dtype)
     x = torch.randn(SMALL_K, device=dev).to(dtype)

@@ -71,20 +71,24 @@ def kv_cache_bytes(model: str | Architecture, context: int, batch: int = 1,
 
 
 def activation_bytes(model: str | Architecture, tokens: int, dtype: str | torch.dtype = "bf16", *,
-                     attended: int | None = None, scores: bool = False, logits_rows: int = 1) -> float:
+                     attended: int | None = None, scores: bool = False, logits_rows: int = 1,
+                     logits_bytes: float = 4.0) -> float:
     """Peak temporary memory of one forward pass over `tokens` new tokens (all sequences together) (chapter 03).
 
     Inside a block the MLP is the peak: the residual stream (h), the fused gate/up output (2I), silu(gate) (I) and
     silu(gate) x up (I): tokens x (h + 4I) x bytes. `scores=True` adds an attention score matrix of
     heads x tokens x `attended` (what a non-fused attention materialises; flash attention does not).
-    Plus the fp32 logits of `logits_rows` rows.
+    Plus the logits of `logits_rows` rows, `logits_bytes` each: fp32 as Hugging Face's models return them; the
+    book's decoder returns them in its own dtype.
     """
     a = architecture(model)
     tokens = _positive_int("tokens", tokens)
     b = dtype_bytes(dtype)
     mlp = tokens * (a.hidden + 4 * a.intermediate) * b
     att = a.n_heads * tokens * (attended or tokens) * b if scores else 0.0
-    return mlp + att + logits_rows * a.vocab * 4.0
+    if not logits_bytes > 0:
+        raise ValueError(f"logits_bytes must be > 0, got {logits_bytes}")
+    return mlp + att + logits_rows * a.vocab * logits_bytes
 
 
 def _check_utilization(utilization: Any) -> float:
@@ -485,6 +489,7 @@ def reference_suite(device: torch.device | str | None = None, dtype: str | None 
         dtype = measured_ceilings(dev).fastest(("bf16", "fp16", "fp32"))
     arch = architecture("Llama-2-7B").with_layers(1 if quick else 2)
     ctx = 256 if quick else 1024
+    own = dtype_bytes(dtype)                       # the book's decoder returns logits in its own dtype
     alloc = measure_allocation(lambda: random_model(arch, dtype=dtype, device=dev), dev)
     model = alloc.result
     values = {"weights_measured_gb": alloc.retained / GB, "weights_estimated_gb": arch.weight_bytes(dtype) / GB}
@@ -503,9 +508,10 @@ def reference_suite(device: torch.device | str | None = None, dtype: str | None 
     for n in (ctx // 4, ctx):
         pre = measure_allocation(lambda: model.prefill(tokens[:, :n]), dev)
         values[f"prefill_{n}_peak_gb"] = pre.peak / GB
-        values[f"prefill_{n}_estimated_gb"] = activation_bytes(arch, n, dtype) / GB
+        values[f"prefill_{n}_estimated_gb"] = activation_bytes(arch, n, dtype, logits_bytes=own) / GB
     dec = measure_allocation(lambda: model.decode_step(tokens[:, -1]), dev)
-    values.update(decode_peak_gb=dec.peak / GB, decode_estimated_gb=activation_bytes(arch, 1, dtype) / GB)
+    values.update(decode_peak_gb=dec.peak / GB,
+                  decode_estimated_gb=activation_bytes(arch, 1, dtype, logits_bytes=own) / GB)
     return {"values": values,
             "series": {"kv_measured_vs_tokens": {"x": xs, "y": ys, "x_label": "batch x context (tokens)",
                                                  "y_label": "KV cache allocated (GB)"},

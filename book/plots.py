@@ -69,10 +69,12 @@ def label_points(ax, xs, ys, labels, *, min_gap: float = 0.12, fontsize: int = 7
     """Annotate points of a log-log plot in order, skipping a label whose point lies within `min_gap` decades (on
     both axes) of the last one labelled, so labels of points that crowd together do not print over each other; a
     label goes under its point, or over it where the point sits in the lowest tenth of the axes (under it, the
-    x-axis would cut it); returns the labels drawn (chapter 02)."""
-    drawn, last = [], None
+    x-axis would cut it) or where, under it, it would run into the previous label (its width estimated from its
+    characters); returns the labels drawn (chapter 02)."""
+    drawn, last, box = [], None, None
     y0, y1 = sorted(ax.get_ylim())
     lo, hi = (math.log10(y0), math.log10(y1)) if y0 > 0 else (0.0, 0.0)
+    pt = ax.figure.dpi / 72                                    # display pixels per point
     for x, y, text in zip(xs, ys, labels):
         if x <= 0 or y <= 0:
             raise ValueError(f"a log-log point needs x, y > 0, got ({x}, {y})")
@@ -80,7 +82,13 @@ def label_points(ax, xs, ys, labels, *, min_gap: float = 0.12, fontsize: int = 7
         if last is not None and abs(here[0] - last[0]) < min_gap and abs(here[1] - last[1]) < min_gap:
             continue
         low = hi > lo and (here[1] - lo) / (hi - lo) < 0.1
-        ax.annotate(text, (x, y), textcoords="offset points", xytext=(4, 4 if low else -10), fontsize=fontsize)
+        dy = 4 if low else -10
+        px, py = ax.transData.transform((x, y))
+        left = px + 4 * pt
+        if box is not None and left < box[1] and abs(py + dy * pt - box[2]) < 9 * pt:
+            dy = -10 if dy > 0 else 4                           # the other side of its point
+        ax.annotate(text, (x, y), textcoords="offset points", xytext=(4, dy), fontsize=fontsize)
+        box = (left, left + 0.62 * fontsize * len(text) * pt, py + dy * pt)
         drawn.append(text)
         last = here
     return drawn

@@ -215,12 +215,14 @@ def mfu(flops: float, seconds: float, peak: float) -> float:
 
 
 def step_shortfall(nbytes: float, seconds: float, stream_bw: float,
-                   kernels: str = "one-row products over 4096-row layers", *, margin: float = 1.25) -> str:
+                   kernels: str = "one-row products over 4096-row layers", *, margin: float = 1.25,
+                   per_call: tuple[float, float] | None = None) -> str:
     """Why a step that moved `nbytes` in `seconds` ran below the read bandwidth, split in two: the time its bytes
     take at the rate its kernels stream layer-sized weights on this device (`stream_bw`, bytes/s, named by
     `kernels`), and what is left over, a fixed cost per step (dispatch, small operations, launches) that no
-    bandwidth explains; the step counts as the kernels' when it is within `margin` of their time (chapters 02
-    and 04)."""
+    bandwidth explains; the step counts as the kernels' when it is within `margin` of their time. `per_call`
+    (seconds one 4096-row call takes, seconds of it the call's fixed cost; `Ceilings.layer_call`) says when that
+    rate is set by calls rather than by memory, as with a GPU's launches one at a time (chapters 02 and 04)."""
     from .timing import format_seconds
     _positive("bytes", nbytes)
     _positive("seconds", seconds)
@@ -228,18 +230,27 @@ def step_shortfall(nbytes: float, seconds: float, stream_bw: float,
     at_kernels = nbytes / stream_bw
     head = (f"{kernels} stream {stream_bw / 1e9:,.1f} GB/s here, which reads its bytes in "
             f"{format_seconds(at_kernels)}")
+    calls = per_call is not None and per_call[1] >= 0.5 * per_call[0]
+    if calls:
+        head += (f" (of each {format_seconds(per_call[0])} call, {format_seconds(per_call[1])} is the call's fixed "
+                 f"cost, dispatch and a kernel launch: that rate is set by calls more than by memory)")
     if seconds < at_kernels / 1.1:
-        return (f"{head}, and the step took less than that: its kernels streamed faster during it than when the "
-                f"ceilings were measured (this machine's speed varies), so this step cannot say where its time went")
+        why = ("it paid less of that per-call cost (a CUDA graph replays its kernels without it), or its kernels "
+               "ran faster during it than when the ceilings were measured" if calls else
+               "its kernels streamed faster during it than when the ceilings were measured (this machine's speed "
+               "varies)")
+        return f"{head}, and the step took less than that: {why}, so this step cannot say where its time went"
     if seconds <= margin * at_kernels:
         rest = seconds - at_kernels
-        return (f"{head}: the kernels' streaming rate, below the read bandwidth, accounts for the step "
-                f"({format_seconds(seconds)}, {seconds / at_kernels:.2f}x that"
+        return (f"{head}: " + ("the kernels' calls account" if calls else
+                                 "the kernels' streaming rate, below the read bandwidth, accounts")
+                + f" for the step ({format_seconds(seconds)}, {seconds / at_kernels:.2f}x that"
                 + (f"; the other {format_seconds(rest)}: a fixed cost per step or the machine's drift)"
                    if rest > 0.05 * seconds else ")"))
-    return (f"{head}: the other {format_seconds(seconds - at_kernels)} of its {format_seconds(seconds)} is not the "
-            f"weights' streaming at that rate; likely a fixed cost per step (Python and operator dispatch, small "
-            f"operations, kernel launches on a GPU), or a machine running slower than when the ceilings were measured")
+    return (f"{head}: the other {format_seconds(seconds - at_kernels)} of its {format_seconds(seconds)} is not "
+            + ("those calls" if calls else "the weights' streaming at that rate")
+            + "; likely a fixed cost per step (Python and operator dispatch, small operations, kernel launches on a "
+              "GPU), or a machine running slower than when the ceilings were measured")
 
 
 def measure_decode_step(model, batch: int, context: int, *, warmup: int = 3, repeats: int = 10):
@@ -370,7 +381,9 @@ def first_compute_bound(work, roof: Roof, limit: int = 1 << 20) -> int | None:
 def busy_while(fn, device=None, *, seconds: float = 2.0, sample_gpu: bool | None = None) -> dict:
     """Call `fn` repeatedly for about `seconds` and report how busy the device looked meanwhile (chapter 02).
 
-    cpu_busy: process CPU time / wall time / torch threads (what `top` shows, per core). gpu_busy: NVML's
+    cpu_busy: process CPU time / wall time / torch threads (what `top` shows, per core); cpu_cores: process CPU
+    time / wall time (1.0: one core busy all the time, as the Python thread that launches a GPU's kernels can be,
+    which cpu_busy hides on a many-core host); threads: torch's threads. gpu_busy: NVML's
     utilisation (the share of time some kernel ran, as nvidia-smi shows it), sampled every 20 ms on CUDA
     (`sample_gpu`, default: on CUDA) when the `pynvml` package is installed. When sampling fails (no pynvml, NVML
     unavailable), one line says so, "note: NVML utilisation sampling failed on this device (reason); ...", gpu_busy
@@ -414,6 +427,7 @@ def busy_while(fn, device=None, *, seconds: float = 2.0, sample_gpu: bool | None
               f"left out")
         samples.clear()
     return {"calls": calls, "wall": wall, "cpu_busy": cpu / wall / torch.get_num_threads(),
+            "cpu_cores": cpu / wall, "threads": torch.get_num_threads(),
             "gpu_busy": sum(samples) / len(samples) if samples else None}
 
 

@@ -165,11 +165,13 @@ def ratio(a: float, b: float, *, a_name: str, b_name: str, what: str = "time", t
 
 
 def bound(mbu: float, mfu: float, *, what: str = "this step", at_least: float = 0.5,
-          against: str = "the measured read bandwidth", roof: str | None = None) -> Verdict:
+          against: str = "the measured read bandwidth", roof: str | None = None,
+          causes: str | None = None) -> Verdict:
     """Which roof a measured kernel sits under: memory-bound when it streams at least `at_least` of the measured
     bandwidth (MBU, taken `against` the bandwidth it names) and uses less of the compute roof (MFU); compute-bound
     the other way round; 'neither' when both are below `at_least` (overheads dominate), with the reasons that fit
-    the roof the roofline predicts for it (`roof`: "memory" or "compute") (chapter 02)."""
+    the roof the roofline predicts for it (`roof`: "memory" or "compute"), or the `causes` the caller knows
+    (a CUDA graph has no launches or Python to blame) (chapter 02)."""
     u, f = _num(mbu, "MBU"), _num(mfu, "MFU")
     if u < 0 or f < 0:
         raise ValueError(f"MBU and MFU must be >= 0, got {mbu}, {mfu}")
@@ -184,15 +186,18 @@ def bound(mbu: float, mfu: float, *, what: str = "this step", at_least: float = 
     if f >= at_least and f > u:
         return Verdict(f"{what} uses {pf} of the measured matmul rate and {pu} of {against}: it is "
                        f"compute-bound.{over}", "compute-bound", vals)
-    why = ("products that run below the peak rate at these shapes, attention and element-wise work, kernel "
-           "launches, Python" if roof == "compute" else
-           "kernel launches, Python, kernels that stream below the memory's speed")
+    why = causes or ("products that run below the peak rate at these shapes, attention and element-wise work, "
+                     "kernel launches, Python" if roof == "compute" else
+                     "kernel launches, Python, kernels that stream below the memory's speed")
     return Verdict(f"{what} reaches only {pu} of {against} and {pf} of the matmul rate: neither "
                    f"roof is reached, so time goes to something else ({why}).", "neither", vals)
 
 
 def pct(x: float) -> str:
-    """A share as the book's tables print it: whole percent from 10%, one decimal below (2.4%, not 2%) (chapter 02)."""
+    """A share as the book's tables print it: whole percent from 10%, one decimal below (2.4%, not 2%), two
+    significant figures below 0.1% (0.042%, not 0.0%) (chapter 02)."""
+    if 0 < x < 0.00095:
+        return f"{x * 100:.2g}%"
     return f"{x:.0%}" if x >= 0.0995 else f"{x:.1%}"   # 0.0998 rounds to 10.0%: print it as 10%
 
 
@@ -212,12 +217,12 @@ def trend(xs: Sequence[float], ys: Sequence[float], *, what: str, x_name: str, u
     ys_f = [_num(y, "y") for y in ys]
     steps = [b - a for a, b in zip(ys_f, ys_f[1:])]
     against = sum(abs(d) for d in steps if (d > 0) != (y1 > y0))     # movement against the net direction
+    if max(abs(y / y0 - 1) for y in ys_f) <= flat:      # every point, not only the two ends: a zigzag inside
+        return Verdict(f"{what} stays within {flat:.0%} {span} ({_ratio(r)}x).", "flat", vals)   # the band is flat
     if (spread is not None and abs(r - 1) <= _num(spread, "spread")) or against > abs(y1 - y0):
         why = (f"within the run-to-run spread ({spread:.0%})" if spread is not None and abs(r - 1) <= spread
                else "and the points in between move up and down by more than that")
         return Verdict(f"{what} goes {span} ({_ratio(r)}x), {why}: too noisy to call a trend.", "noisy", vals)
-    if max(abs(y / y0 - 1) for y in ys_f) <= flat:      # every point, not only the two ends
-        return Verdict(f"{what} stays within {flat:.0%} {span} ({_ratio(r)}x).", "flat", vals)
     if abs(r - 1) <= flat:                               # back near the start, but not flat on the way
         peak = max(ys_f, key=lambda y: abs(y / y0 - 1))
         return Verdict(f"{what} goes {span} ({_ratio(r)}x), but reaches {_fmt(peak, unit)} on the way "

@@ -123,6 +123,22 @@ def test_prefills_and_decode_steps_timed_in_turn_for_both_decoders(model):
         D.time_prefills({}, [4])
 
 
+def test_prefills_warm_every_length_where_asked(model, monkeypatch):
+    lens = []
+    real = D._prefill_fn
+
+    def counting(m, n, batch):
+        fn = real(m, n, batch)
+        return lambda: (lens.append(n), fn())[1]
+
+    monkeypatch.setattr(D, "_prefill_fn", counting)
+    D.time_prefills({"book": model}, [4, 12], rounds=1, warmup=1)         # a CPU model: the shortest only
+    assert sorted(lens) == [4, 4, 12]
+    lens.clear()
+    D.time_prefills({"book": model}, [4, 12], rounds=1, warmup=1, every_length=True)    # as on a GPU
+    assert sorted(lens) == [4, 4, 12, 12]
+
+
 def test_prefill_and_decode_timers_for_both_decoders(model):
     from transformers import DynamicCache
     hf = build_random(model.arch, dtype="fp32")

@@ -119,7 +119,20 @@ def test_the_decoders_path_follows_layer_sized_matrices_not_the_ceiling():
     assert c.rows_path("bf16") == "linear"                               # nothing measured: the plain product
     assert c.matvec_costs("bf16") is None                                # no fixed costs measured: one path
     c = replace(c, matvec_call={"bf16": {"mv": 5e-6, "mulsum": 2e-5}})
-    assert c.matvec_costs("bf16") == {"mv": (5e-6, 0.89e12), "mulsum": (2e-5, 0.35e12)}
+    # a 4096-row bf16 call's time holds the fixed cost once: the rate beyond it is the bytes over the rest
+    size = 4096 * 4096 * 2
+    costs = c.matvec_costs("bf16")
+    assert set(costs) == {"mv", "mulsum"} and costs["mv"][0] == 5e-6 and costs["mulsum"][0] == 2e-5
+    assert costs["mv"][1] == pytest.approx(size / (size / 0.89e12 - 5e-6))
+    assert costs["mulsum"][1] == pytest.approx(size / (size / 0.35e12 - 2e-5))
+    assert c.layer_call("bf16") == (pytest.approx(size / 0.89e12), 5e-6)
+    # where the fixed cost is most of such a call (a GPU's launches), the one-matrix rate stands in
+    gpu = replace(c, matvec_call={"bf16": {"mv": 30e-6, "mulsum": 2e-5}})
+    assert gpu.matvec_costs("bf16")["mv"] == (30e-6, 2.8e12)
+    assert "rates set by each call's fixed cost" in gpu.table() and "bf16: 37.7 µs a call, 30.0 µs of it fixed" \
+        in gpu.table()
+    assert "fixed cost more than" not in c.table()        # 5 of 37.7 us: a rate set by memory
+    assert replace(c, matvec_call={}).layer_call("bf16") is None
     assert "1 MiB weights (mv, est.)" in c.table() and "est.: from the path's fixed cost" in c.table()
     assert hw.Ceilings.from_json(c.to_json()).matvec_call == c.matvec_call
     c = replace(c, few_rows={"bf16": {"linear": 1e11, "wx": 3e11}})

@@ -84,6 +84,10 @@ def test_activation_estimate_by_hand():
     assert mem.activation_bytes(a, 10) == 10 * (4096 + 4 * 11008) * 2 + 32000 * 4
     assert mem.activation_bytes(a, 10, scores=True, attended=100) == \
         10 * (4096 + 4 * 11008) * 2 + 32 * 10 * 100 * 2 + 32000 * 4
+    # the book's decoder returns bf16 logits, half the bytes of HF's fp32 ones
+    assert mem.activation_bytes(a, 1, "bf16", logits_bytes=2) == (4096 + 4 * 11008) * 2 + 32000 * 2
+    with pytest.raises(ValueError, match="logits_bytes"):
+        mem.activation_bytes(a, 1, logits_bytes=0)
 
 
 def test_bad_input_gets_clear_errors():

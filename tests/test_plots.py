@@ -66,6 +66,21 @@ def test_label_points_skips_a_label_crowding_the_last_one():
     plt.close(fig)
 
 
+def test_a_label_that_would_run_into_the_last_one_goes_over_its_point():
+    # the H200's sweep: B=1024 and B=4096 on the flat compute roof, 0.3 decades apart: the labels ran together
+    fig, ax = plt.subplots(figsize=(4.6, 4))
+    ax.set(xscale="log", yscale="log", xlim=(0.3, 3e3), ylim=(1e11, 3e15))
+    label_points(ax, [681, 1362], [7.7e14, 7.5e14], ["B=1024", "B=4096"])
+    offsets = {a.get_text(): a.xyann[1] for a in ax.texts}
+    assert offsets["B=1024"] < 0 < offsets["B=4096"]
+    fig2, ax2 = plt.subplots(figsize=(9, 4))                   # far apart: both under their points
+    ax2.set(xscale="log", yscale="log", xlim=(0.3, 3e3), ylim=(1e11, 3e15))
+    label_points(ax2, [1, 1000], [7.7e14, 7.5e14], ["B=1", "B=4096"])
+    assert all(a.xyann[1] < 0 for a in ax2.texts)
+    plt.close(fig)
+    plt.close(fig2)
+
+
 def test_a_label_goes_over_a_point_at_the_bottom_of_the_axes():
     fig, ax = plt.subplots()
     ax.plot([1, 10, 100], [1e9, 1e10, 1e11], "o")

@@ -215,6 +215,7 @@ def test_busy_while_counts_calls_and_cpu_time():
     x = torch.randn(256, 256)
     out = R.busy_while(lambda: x @ x, "cpu", seconds=0.2)
     assert out["calls"] >= 1 and out["wall"] >= 0.2 and 0 < out["cpu_busy"] <= 1.5
+    assert out["cpu_cores"] == pytest.approx(out["cpu_busy"] * out["threads"]) and out["threads"] >= 1
     assert out["gpu_busy"] is None
     with pytest.raises(ValueError, match="seconds"):
         R.busy_while(lambda: None, "cpu", seconds=0)
@@ -285,3 +286,19 @@ def test_step_shortfall_splits_kernels_from_fixed_costs():
                         "machine's drift)")
     with pytest.raises(ValueError, match="stream_bw"):
         R.step_shortfall(1.0, 1.0, 0.0, "x")
+
+
+def test_step_shortfall_names_a_rate_set_by_calls():
+    GB = 1e9
+    # the H200's eager step: a 4096-row bf16 call takes 23.1 us, 18.6 of it the call's fixed cost
+    h200 = (23.1e-6, 18.6e-6)
+    why = R.step_shortfall(13.28 * GB, 20.4e-3, 1451.7 * GB, per_call=h200)
+    assert "(of each 23.1 µs call, 18.6 µs is the call's fixed cost" in why and "set by calls" in why
+    assert "is not those calls; likely a fixed cost per step" in why
+    # the same step replayed as a CUDA graph, faster than those calls allow: the graph, not only drift
+    graph = R.step_shortfall(13.28 * GB, 7.13e-3, 1451.7 * GB, per_call=h200)
+    assert "took less than that: it paid less of that per-call cost (a CUDA graph" in graph
+    # a CPU, where the fixed cost is a sliver of a call: the streaming wording, unchanged
+    cpu = R.step_shortfall(2.1 * GB, 0.14, 15 * GB, "one-row products", per_call=(4.5e-3, 3.5e-6))
+    assert cpu == R.step_shortfall(2.1 * GB, 0.14, 15 * GB, "one-row products")
+    assert "fixed cost" not in cpu

@@ -192,10 +192,21 @@ def test_large_ratios_print_three_significant_figures():
 
 def test_a_share_that_rounds_to_ten_percent_prints_as_ten_percent():
     assert "uses 10% of" in V.bound(0.71, 0.0998).text and "uses 9.9% of" in V.bound(0.71, 0.099).text
-    assert [V.pct(x) for x in (1.17, 0.24, 0.0998, 0.021)] == ["117%", "24%", "10%", "2.1%"]
+    assert [V.pct(x) for x in (1.17, 0.24, 0.0998, 0.021, 0.0012, 0.00042, 0.0)] == [
+        "117%", "24%", "10%", "2.1%", "0.1%", "0.042%", "0.0%"]
+    graph = V.bound(0.49, 0.0004, what="the step", causes="kernels that stream below the memory's speed")
+    assert graph.outcome == "neither" and "(kernels that stream below the memory's speed)" in graph.text
+    assert "0.04% of the matmul rate" in graph.text
     assert [V._ratio(r) for r in (0.0383, 0.914, 13.0, 19.2, 1234.5)] == ["0.038", "0.91", "13.0", "19.2", "1,234"]
 
 
 def test_factors_from_ten_print_three_significant_figures():
     t = V.compare(12.82, 8.92, what="pass / step", unit="x", tol=0.15).text
     assert "measured 12.8x, predicted 8.92x" in t
+
+
+def test_a_zigzag_inside_the_flat_band_is_flat_not_noisy():
+    # the H200's coder steps: 4.22 .. 4.46 .. 4.14 .. 4.36 ms over a 64x range of batch
+    v = V.trend([1, 4, 16, 64], [4.22, 4.46, 4.14, 4.36], what="step", x_name="batch", unit="ms", flat=0.5)
+    assert v.outcome == "flat" and "stays within 50%" in v.text
+    assert V.trend([1, 4, 16, 64], [4.22, 9.0, 2.0, 4.36], what="step", x_name="batch", flat=0.5).outcome == "noisy"
