@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import statistics
@@ -274,6 +275,11 @@ def _dtype_bytes(name: str) -> int:
     return DTYPES[name].itemsize
 
 
+def _three(x: float) -> str:
+    """At least three significant figures, whole numbers as they are: 0.128, 47.2, 726, 1,234."""
+    return f"{x:,.{max(0, 2 - math.floor(math.log10(x)))}f}" if x > 0 else f"{x:g}"
+
+
 @dataclass(frozen=True)
 class Ceilings:
     """Measured ceilings of one device (chapter 00): read and copy bandwidth and matmul rate per precision (medians of
@@ -370,10 +376,10 @@ class Ceilings:
         if not have:
             return f"batch-1 decode precision: {self.fastest(dtypes)} (no one-row product measured)"  # the matmul's
         best = self.decode_dtype(dtypes)
-        rest = ", ".join(f"{d} {self.weights_per_s(d) / 1e9:.2f}" for d in have if d != best)
+        rest = ", ".join(f"{d} {_three(self.weights_per_s(d) / 1e9)}" for d in have if d != best)
         if any(self.weights_per_s(d) > self.weights_per_s(best) for d in have):   # say why a higher rate lost
             rest += f"; another replaces {best} only at {DECODE_SWITCH}x"
-        parts = [f"batch-1 decode precision: {best}, {self.weights_per_s(best) / 1e9:.2f} G weights/s",
+        parts = [f"batch-1 decode precision: {best}, {_three(self.weights_per_s(best) / 1e9)} G weights/s",
                  "in one-row products on 4096-row layers"] + ([f"({rest})"] if rest else [])
         return ("\n  " if narrow else " ").join(parts)
 
@@ -448,8 +454,8 @@ class Ceilings:
         is at least 10 GFLOP/s, else GFLOP/s, so a slow fallback prints as "1.35 GFLOP/s", not "0.001 TFLOP/s"
         (chapter 00)."""
         rate = self.matmul[dtype]
-        if min(self.matmul.values()) >= 0.01 * TFLOP:
-            return f"{rate / TFLOP:,.3f} TFLOP/s"
+        if min(self.matmul.values()) >= 0.01 * TFLOP:     # three significant figures: 0.128, 47.2, 726
+            return f"{_three(rate / TFLOP)} TFLOP/s"
         g = rate / 1e9
         return f"{g:,.0f} GFLOP/s" if g >= 100 else f"{g:.3g} GFLOP/s"
 
@@ -614,12 +620,13 @@ def _save(key: str, c: Ceilings, path: Path | None) -> Ceilings:
 
 
 def measured_ceilings(device: torch.device | str | None = None, *, refresh: bool = False,
-                      dtypes: list[str] | None = None, rounds: int = 5) -> Ceilings:
+                      dtypes: list[str] | None = None, rounds: int = 5, nbytes: int | None = None) -> Ceilings:
     """The device's ceilings, measured once and shared (chapter 00): read and copy bandwidth and the matmul rate of
     each precision, each the median of `rounds` samples taken in turn (so a drifting machine spreads all of them
     alike), and the matrix-vector ceiling of each precision a decoder would use. Kept in memory for the kernel and in
     `ceilings_file()` for the build, so every chapter of one build prints the same numbers; `refresh=True` measures
-    again."""
+    again; `nbytes` replaces the tensor size (`bandwidth_test_bytes`, beyond the last-level cache) for a quick
+    check whose numbers are not published."""
     from . import kernels
     dev = as_device(device)
     dtypes = list(dtypes or supported_matmul_dtypes(dev))
@@ -635,7 +642,7 @@ def measured_ceilings(device: torch.device | str | None = None, *, refresh: bool
                     kernels.set_matvec_costs(dev, DTYPES[name], c.matvec_costs(name))
                     kernels.set_rows_path(dev, DTYPES[name], c.rows_path(name))
             return c
-    nbytes = bandwidth_test_bytes(dev)
+    nbytes = nbytes or bandwidth_test_bytes(dev)
     x = _random_tensor(nbytes, dev)
     samples: dict[str, list[float]] = {"read": [], "copy": []}
     sizes: dict[str, int] = {}
@@ -743,9 +750,9 @@ def sweep_sizes(device: torch.device | str | None = None, points_per_octave: int
 
 def reference_suite(device: torch.device | str | None = None, quick: bool = False) -> dict:
     """The preface's recorded results: measured ceilings and read bandwidth against tensor size; `quick`: one round
-    of ceilings and every third size (chapter 00)."""
+    of ceilings over 64 MiB tensors and every third size (chapter 00)."""
     dev = as_device(device)
-    c = measured_ceilings(dev, refresh=True, rounds=1 if quick else 5)
+    c = measured_ceilings(dev, refresh=True, rounds=1 if quick else 5, nbytes=64 * 2**20 if quick else None)
     values = {"read_bw_gbs": c.read_bw / GB, "copy_bw_gbs": c.copy_bw / GB, "bytes_tested": float(c.bytes_tested)}
     values.update({f"matmul_{k}_tflops": v / TFLOP for k, v in c.matmul.items()})
     sizes = sweep_sizes(dev)

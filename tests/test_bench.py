@@ -12,9 +12,12 @@ from book.bench import bench_decode, main
 @pytest.fixture(autouse=True, scope="module")
 def _one_round_ceilings():
     """The benchmarks read the ceilings a build measures once; these smoke tests check their lines, not the numbers,
-    so one round of samples stands in for a build's five (kept in memory: conftest sets BOOK_CEILINGS=off)."""
-    from book.hardware import measured_ceilings
-    measured_ceilings("cpu", rounds=1)
+    so one round of samples over small tensors stands in for a build's five (kept in memory: conftest sets
+    BOOK_CEILINGS=off)."""
+    from book import hardware
+    with pytest.MonkeyPatch.context() as m:          # and 32 MiB tensors: lines to check, not numbers to publish
+        m.setattr(hardware, "bandwidth_test_bytes", lambda dev=None: 32 * 2**20)
+        hardware.measured_ceilings("cpu", rounds=1, refresh=True)
 
 
 TINY = ["--layers", "2", "--hidden", "64", "--heads", "4", "--kv-heads", "2", "--intermediate", "128",
