@@ -271,10 +271,6 @@ DECODE_SWITCH = 1.25
 LAYER_ELEMENTS = 4096 * 4096
 
 
-def _dtype_bytes(name: str) -> int:
-    return DTYPES[name].itemsize
-
-
 def _three(x: float) -> str:
     """At least three significant figures, whole numbers as they are: 0.128, 47.2, 726, 1,234."""
     return f"{x:,.{max(0, 2 - math.floor(math.log10(x)))}f}" if x > 0 else f"{x:g}"
@@ -411,7 +407,8 @@ class Ceilings:
         fixed, rates = self.matvec_call.get(dtype), self.matvec_layer.get(dtype)
         if not fixed or not rates:
             return None
-        size = LAYER_ELEMENTS * _dtype_bytes(dtype)
+        from .models import dtype_bytes
+        size = LAYER_ELEMENTS * dtype_bytes(dtype)
         costs = {}
         for p in fixed:
             if p not in rates or rates[p] <= 0:
@@ -430,7 +427,8 @@ class Ceilings:
         fixed = self.matvec_call.get(dtype, {}).get(path)
         if fixed is None or not self.matvec_layer.get(dtype):
             return None
-        return LAYER_ELEMENTS * _dtype_bytes(dtype) / self.layer_bw(dtype), fixed
+        from .models import dtype_bytes
+        return LAYER_ELEMENTS * dtype_bytes(dtype) / self.layer_bw(dtype), fixed
 
     def rows_path(self, dtype: str) -> str:
         """The decoder's path for 2-32 rows of `dtype` (see book.kernels.ROW_PATHS): the faster measured, else
