@@ -270,6 +270,16 @@ DECODE_SWITCH = 1.25
 #: Elements of one of the 4096-row layers the decoder's path is chosen on ([4096, 4096], `measured_ceilings`).
 LAYER_ELEMENTS = 4096 * 4096
 
+#: A one-row call whose fixed cost (dispatch, a GPU's kernel launch) is at least this share of its time is set by
+#: calls more than by memory: its rate measures launches, not streaming (a GPU's 4096-row layers, chapter 02).
+CALL_BOUND_SHARE = 0.5
+
+
+def call_bound(per_call: tuple[float, float] | None) -> bool:
+    """Whether a (seconds a call, seconds of it fixed) pair (`Ceilings.layer_call`) is set by the call's fixed cost
+    more than by the bytes it streams (chapter 02)."""
+    return per_call is not None and per_call[1] >= CALL_BOUND_SHARE * per_call[0]
+
 
 def _three(x: float) -> str:
     """At least three significant figures, whole numbers as they are: 0.128, 47.2, 726, 1,234."""
@@ -415,7 +425,7 @@ class Ceilings:
                 continue
             t = size / rates[p]
             big = self.matvec.get(dtype, {}).get(p)
-            stream = size / (t - fixed[p]) if t - fixed[p] >= 0.5 * t or not big else big
+            stream = big if call_bound((t, fixed[p])) and big else size / (t - fixed[p])
             costs[p] = (fixed[p], stream)
         return costs or None
 
@@ -512,7 +522,7 @@ class Ceilings:
             lines.append(self.decode_text(narrow=True))
         if any(r[0].endswith(", est.)") for r in rows):
             lines.append("est.: from the path's fixed cost a call and its 4096-row rate, not timed alone")
-        calls = [(n, lc) for n in self.matvec if (lc := self.layer_call(n)) and lc[1] >= 0.5 * lc[0]]
+        calls = [(n, lc) for n in self.matvec if call_bound(lc := self.layer_call(n))]
         if calls:   # a GPU's launches one at a time: the 4096-row rates measure calls, not memory
             lines.append("4096-row layers: rates set by each call's fixed cost more than by memory")
             lines += [f"  {n}: {lc[0] * 1e6:.1f} µs a call, {lc[1] * 1e6:.1f} µs of it fixed" for n, lc in calls]

@@ -11,7 +11,7 @@ from typing import Sequence
 
 import torch
 
-from .hardware import GPUSpec, gpu
+from .hardware import GPUSpec, call_bound, gpu
 from .models import Architecture, architecture, dtype_bytes
 
 __all__ = ["Roof", "Work", "dot", "matvec", "matmul", "linear", "decode_step", "compiled_decode_ms", "prefill",
@@ -230,7 +230,7 @@ def step_shortfall(nbytes: float, seconds: float, stream_bw: float,
     at_kernels = nbytes / stream_bw
     head = (f"{kernels} stream {stream_bw / 1e9:,.1f} GB/s here, which reads its bytes in "
             f"{format_seconds(at_kernels)}")
-    calls = per_call is not None and per_call[1] >= 0.5 * per_call[0]
+    calls = call_bound(per_call)
     if calls:
         head += (f" (of each {format_seconds(per_call[0])} call, {format_seconds(per_call[1])} is the call's fixed "
                  f"cost, dispatch and a kernel launch: that rate is set by calls more than by memory)")

@@ -132,6 +132,7 @@ def test_the_decoders_path_follows_layer_sized_matrices_not_the_ceiling():
     assert "rates set by each call's fixed cost" in gpu.table() and "bf16: 37.7 µs a call, 30.0 µs of it fixed" \
         in gpu.table()
     assert "fixed cost more than" not in c.table()        # 5 of 37.7 us: a rate set by memory
+    assert hw.call_bound((40e-6, 20e-6)) and not hw.call_bound((40e-6, 19e-6)) and not hw.call_bound(None)
     assert replace(c, matvec_call={}).layer_call("bf16") is None
     assert "1 MiB weights (mv, est.)" in c.table() and "est.: from the path's fixed cost" in c.table()
     assert hw.Ceilings.from_json(c.to_json()).matvec_call == c.matvec_call
