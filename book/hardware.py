@@ -526,6 +526,13 @@ class Ceilings:
         if calls:   # a GPU's launches one at a time: the 4096-row rates measure calls, not memory
             lines.append("4096-row layers: rates set by each call's fixed cost more than by memory")
             lines += [f"  {n}: {lc[0] * 1e6:.1f} µs a call, {lc[1] * 1e6:.1f} µs of it fixed" for n, lc in calls]
+        moved = [(n, self.matvec_layer[n][p], self.layer_bw(n)) for n in self.matvec if self.matvec_layer.get(n)
+                 and (p := self.matvec_path(n)) in self.matvec_layer[n]
+                 and abs(self.matvec_layer[n][p] / self.layer_bw(n) - 1) > 0.15]
+        for n, compared, sampled in moved:   # one path, two moments: the machine's speed moved between them
+            lines.append(f"{n} 4096-row layers ({self.matvec_path(n)}): {compared / GB:,.1f} GB/s when the paths\n"
+                         f"  were compared, {sampled / GB:,.1f} in the samples taken in turn (the row);\n"
+                         f"  two moments further apart than the samples' range (the est. rows use the first)")
         over = [n for n in self.matvec if self.matvec_layer.get(n) and self.layer_bw(n) > self.matvec_bw(n)]
         if over:
             lines.append(f"{', '.join(over)}: 4096-row layers above the one-matrix ceiling; the two were measured at\n"

@@ -78,17 +78,20 @@ def _int4(w: torch.Tensor, act: torch.dtype, group: int = 128, chunk: int = 1 <<
 
 
 def quantize(w: torch.Tensor, precision: str, act_dtype: torch.dtype = torch.bfloat16) -> QuantLinear:
-    """`w` [N, K] (any float dtype) as a weight of `precision`: fp32 and bf16 keep it dense; int8 and int4 are
-    weight-only (activations stay `act_dtype`, the kernels take bf16 or fp16) (chapter 02)."""
+    """`w` [N, K] (any float dtype) as a weight of `precision`: fp32 and bf16 keep it dense and multiply through the
+    decoder's product (`book.llama.linear`: one row by the matrix-vector path measured fastest here, many rows by
+    F.linear), so quantization is judged against the dense path the book decodes with; int8 and int4 are weight-only
+    (activations stay `act_dtype`, the kernels take bf16 or fp16) (chapter 02)."""
     if precision not in PRECISIONS:
         raise ValueError(f"unknown precision {precision!r}; choose one of {', '.join(PRECISIONS)}")
     if w.dim() != 2:
         raise ValueError(f"expected a 2-D weight [N, K], got shape {tuple(w.shape)}")
-    if precision in ("fp32", "bf16"):
+    if precision in ("fp32", "bf16"):   # through the decoder's own product: the path measured fastest per row count
+        from .llama import linear
         dt = torch.float32 if precision == "fp32" else torch.bfloat16
         dense = w.to(dt)
         return QuantLinear(precision, *w.shape, dense.numel() * dense.element_size(), dt,
-                           lambda x: torch.nn.functional.linear(x, dense))
+                           lambda x: linear(x, dense))
     if act_dtype not in (torch.bfloat16, torch.float16):
         raise ValueError(f"weight-only {precision} computes in bf16 or fp16, not {act_dtype}")
     return _int8(w, act_dtype) if precision == "int8" else _int4(w, act_dtype)

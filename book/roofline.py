@@ -151,16 +151,20 @@ def decode_step(model: str | Architecture, batch: int = 1, context: int = 0, wei
 
 
 def prefill(model: str | Architecture, tokens: int, batch: int = 1, weight_dtype: str = "bf16") -> Work:
-    """One forward pass over `tokens` prompt tokens per sequence: the weights are read once for all of them."""
+    """One forward pass over `tokens` prompt tokens per sequence: the weights are read once for all of them, and the
+    LM head runs on the last token only (its logits start decoding; the book's decoder and HF's `generate` both
+    skip the others) (chapter 01)."""
     a = architecture(model)
     tokens, batch = _count("tokens", tokens), _count("batch", batch)
     if tokens > a.max_context:
         raise ValueError(f"{a.name} allows {a.max_context} tokens, got a prompt of {tokens}")
     causal_pairs = tokens * (tokens + 1) / 2
-    flops = batch * (2 * _matmul_params(a) * tokens + 4 * a.n_layers * a.n_heads * a.head_dim * causal_pairs)
+    head = a.vocab * a.hidden
+    flops = batch * (2 * (_matmul_params(a) - head) * tokens + 2 * head
+                     + 4 * a.n_layers * a.n_heads * a.head_dim * causal_pairs)
     weights = _weights_read(a) * dtype_bytes(weight_dtype)
     kv = batch * tokens * a.kv_bytes_per_token(weight_dtype)        # written once
-    acts = batch * tokens * (a.hidden * 2 + a.vocab) * dtype_bytes("bf16")
+    acts = batch * (tokens * a.hidden * 2 + a.vocab) * dtype_bytes("bf16")
     return Work(flops, weights + kv + acts, (("weights", weights), ("KV cache", kv), ("activations", acts)))
 
 

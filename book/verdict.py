@@ -187,8 +187,9 @@ def bound(mbu: float, mfu: float, *, what: str = "this step", at_least: float = 
         return Verdict(f"{what} uses {pf} of the measured matmul rate and {pu} of {against}: it is "
                        f"compute-bound.{over}", "compute-bound", vals)
     why = causes or ("products that run below the peak rate at these shapes, attention and element-wise work, "
-                     "kernel launches, Python" if roof == "compute" else
-                     "kernel launches, Python, kernels that stream below the memory's speed")
+                     "per-call costs (Python, dispatch, a GPU's kernel launches)" if roof == "compute" else
+                     "kernels that stream below the memory's speed, per-call costs (Python, dispatch, a GPU's "
+                     "kernel launches)")
     return Verdict(f"{what} reaches only {pu} of {against} and {pf} of the matmul rate: neither "
                    f"roof is reached, so time goes to something else ({why}).", "neither", vals)
 

@@ -139,6 +139,9 @@ def test_the_decoders_path_follows_layer_sized_matrices_not_the_ceiling():
     c = replace(c, few_rows={"bf16": {"linear": 1e11, "wx": 3e11}})
     assert c.rows_path("bf16") == "wx" and "batch 4 and 16 (wx)" in c.table()
     assert "above the one-matrix ceiling" not in c.table()
+    assert "when the paths\n  were compared" not in c.table()          # no layer samples: one measurement
+    moved = replace(c, samples={**c.samples, "layers bf16": (0.6e12, 0.62e12, 0.61e12)})
+    assert "bf16 4096-row layers (mv): 890.0 GB/s when the paths\n  were compared, 610.0 in the samples" in moved.table()
     faster = replace(c, matvec_layer={"bf16": {"mv": 3.1e12, "mulsum": 0.35e12}})  # sampled at a quicker moment
     assert "bf16: 4096-row layers above the one-matrix ceiling" in faster.table()
     assert hw.Ceilings.from_json(c.to_json()).few_rows == c.few_rows

@@ -4,7 +4,7 @@ import math
 import pytest
 import torch
 
-from book import roofline as R
+from book import models, roofline as R
 from book.hardware import Ceilings
 
 
@@ -96,6 +96,12 @@ def test_prefill_is_far_more_intense_than_decode():
     assert p.intensity > 300 and R.decode_step("Llama-2-7B").intensity < 1.1
     with pytest.raises(ValueError, match="allows 4096"):
         R.prefill("Llama-2-7B", 5000)
+    # the LM head runs on the last prompt token only: n tokens cost n - 1 tokens' head FLOPs less than n decode steps
+    a = models.architecture("Llama-2-7B")
+    head = 2 * a.vocab * a.hidden
+    two, one = R.prefill(a, 2), R.prefill(a, 1)
+    assert one.flops == R.decode_step(a).flops and two.flops - one.flops == pytest.approx(
+        R.decode_step(a, context=1).flops - head, rel=1e-3)
 
 
 def test_utilisations():
