@@ -244,16 +244,19 @@ def one_row_paths(model: Llama) -> tuple[str, str]:
     """The one-row path each of the decoder's weight matrices takes at its size (`book.llama.linear`): a short tag
     ("linear", "linear+mulsum") and a phrase for a reader ("linear on 16 and mulsum on 1 of the 17 weight
     matrices (each by its size)") (chapter 02)."""
-    ws = {id(p): p for n, p in model.named_parameters() if p.dim() == 2 and n != "embed"}
+    ws = {id(p): p for n, p in model.named_parameters() if p.dim() in (2, 3) and n != "embed"}
     ws[id(model.lm_head)] = model.lm_head           # the embedding is read as the LM head only when tied
     by: dict[str, int] = {}
-    for w in ws.values():
-        path = kernels.matvec_path(w.device, w.dtype, w.numel() * w.element_size())
+    for w in ws.values():                           # 3-D: stored as blocks of columns (kernels.blocked_linear)
+        path = ("blocks" if w.dim() == 3 else
+                kernels.matvec_path(w.device, w.dtype, w.numel() * w.element_size()))
         by[path] = by.get(path, 0) + 1
+    name = {"blocks": "mulsum over column blocks"}   # a reader's words for the tag
     if len(by) == 1:
-        return next(iter(by)), f"{next(iter(by))} on all {len(ws)} weight matrices"
-    parts = [f"{p} on {n}" for p, n in sorted(by.items(), key=lambda kv: -kv[1])]
-    return "+".join(sorted(by)), f"{' and '.join(parts)} of the {len(ws)} weight matrices (each by its size)"
+        return next(iter(by)), f"{name.get(next(iter(by)), next(iter(by)))} on all {len(ws)} weight matrices"
+    parts = [f"{name.get(p, p)} on {n}" for p, n in sorted(by.items(), key=lambda kv: -kv[1])]
+    how = "its size and row length" if "blocks" in by else "its size"
+    return "+".join(sorted(by)), f"{' and '.join(parts)} of the {len(ws)} weight matrices (each by {how})"
 
 
 def _kernel_choice(dev: torch.device, dtype: str) -> str:

@@ -310,6 +310,7 @@ class Ceilings:
     matvec_layer: dict[str, dict[str, float]] = field(default_factory=dict)   # dtype -> {path: bytes/s}, 4096 rows
     few_rows: dict[str, dict[str, float]] = field(default_factory=dict)       # dtype -> {path: bytes/s}, 4-16 rows
     matvec_call: dict[str, dict[str, float]] = field(default_factory=dict)    # dtype -> {path: fixed s a call}
+    long_rows: dict[str, dict[str, float]] = field(default_factory=dict)  # dtype -> {"whole"/"blocks": bytes/s}
     measured_at: str = ""
     cache_file: str | None = None
     read_kernel: str = "sum"       # the kernel that read fastest: "sum", or a matrix-vector product
@@ -446,6 +447,13 @@ class Ceilings:
         rates = self.few_rows.get(dtype) or {"linear": 0.0}
         return max(rates, key=rates.get)
 
+    def row_blocks(self, dtype: str) -> bool:
+        """Whether the decoder stores `dtype` weights with rows longer than 4096 elements as blocks of their columns:
+        where the blocks streamed `kernels.BLOCKS_PAY` times as fast as whole rows (chapter 02)."""
+        from .kernels import BLOCKS_PAY
+        r = self.long_rows.get(dtype)
+        return bool(r) and r["blocks"] >= BLOCKS_PAY * r["whole"]
+
     def rows_bw(self, dtype: str) -> float | None:
         """Bytes/s of `dtype`'s few-rows path (4-16 rows over 4096-row layers, as a batched step or a verification
         pass reads them), or None where it was not measured (chapter 02)."""
@@ -502,6 +510,12 @@ class Ceilings:
                 small = cheapest(costs, 2**20)
                 rows.append((f"  1 MiB weights ({small}, est.)",
                              f"{2**20 / call_time(costs[small], 2**20) / GB:,.1f} GB/s", "-", "-"))
+            long = self.long_rows.get(name)
+            if long:     # rows of 11008 elements, whole and as blocks of their columns
+                from .kernels import LONG_ROWS, block_width
+                rows.append((f"  rows of {LONG_ROWS[1]} (whole)", f"{long['whole'] / GB:,.1f} GB/s", "-", "-"))
+                rows.append((f"  rows of {LONG_ROWS[1]} in blocks of {block_width(LONG_ROWS[1])}",
+                             f"{long['blocks'] / GB:,.1f} GB/s", "-", "-"))
             few = self.rows_bw(name)
             if few:
                 rows.append((f"  batch 4 and 16 ({self.rows_path(name)})", f"{few / GB:,.1f} GB/s", "-", "-"))
@@ -520,6 +534,13 @@ class Ceilings:
                          f"batch-1 decode is chosen by the line below)")   # short lines: the output column is narrow
         if len(self.matvec) > 1:
             lines.append(self.decode_text(narrow=True))
+        blocked = [n for n in self.long_rows if self.row_blocks(n)]
+        if self.long_rows:
+            from .kernels import LONG_ROWS
+            lines.append(f"rows of {LONG_ROWS[1]}: one-row products over [{LONG_ROWS[0]}, {LONG_ROWS[1]}] weights, "
+                         f"rows whole\n  or as blocks of their columns; the decoder stores rows longer than 4096 "
+                         f"as blocks\n  " + (f"in {', '.join(blocked)}, where blocks measured faster" if blocked
+                                             else "in no precision here (blocks were not faster)"))
         if any(r[0].endswith(", est.)") for r in rows):
             lines.append("est.: from the path's fixed cost a call and its 4096-row rate, not timed alone")
         calls = [(n, lc) for n in self.matvec if call_bound(lc := self.layer_call(n))]
@@ -551,7 +572,7 @@ class Ceilings:
                 "matmul": self.matmul, "bytes_tested": self.bytes_tested, "matmul_sizes": self.matmul_sizes,
                 "samples": {k: list(v) for k, v in self.samples.items()}, "matvec": self.matvec,
                 "matvec_failed": self.matvec_failed, "matvec_layer": self.matvec_layer, "few_rows": self.few_rows,
-                "matvec_call": self.matvec_call,
+                "matvec_call": self.matvec_call, "long_rows": self.long_rows,
                 "measured_at": self.measured_at, "read_kernel": self.read_kernel}
 
     @classmethod
@@ -567,6 +588,7 @@ class Ceilings:
                    matvec_layer={k: dict(v) for k, v in d.get("matvec_layer", {}).items()},
                    few_rows={k: dict(v) for k, v in d.get("few_rows", {}).items()},
                    matvec_call={k: dict(v) for k, v in d.get("matvec_call", {}).items()},
+                   long_rows={k: dict(v) for k, v in d.get("long_rows", {}).items()},
                    measured_at=d.get("measured_at", ""), cache_file=cache_file,
                    read_kernel=d.get("read_kernel", "sum"))
 
@@ -588,8 +610,9 @@ def ceilings_file() -> Path | None:
 
 
 #: Raised whenever the cached ceilings gain a measurement, so a file written before it is measured again, not read
-#: without it (2: one-row products in every precision, and layers sampled in turn for the decode precision).
-CEILINGS_VERSION = 2
+#: without it (2: one-row products in every precision, and layers sampled in turn for the decode precision; 3: long
+#: rows, whole and as blocks).
+CEILINGS_VERSION = 3
 
 
 def _cache_key(dev: torch.device, dtypes: list[str]) -> str:
@@ -656,6 +679,7 @@ def measured_ceilings(device: torch.device | str | None = None, *, refresh: bool
                     kernels.set_matvec_path(dev, DTYPES[name], c.matvec_path(name))
                     kernels.set_matvec_costs(dev, DTYPES[name], c.matvec_costs(name))
                     kernels.set_rows_path(dev, DTYPES[name], c.rows_path(name))
+                    kernels.set_row_blocks(dev, DTYPES[name], c.row_blocks(name))
             return c
     nbytes = nbytes or bandwidth_test_bytes(dev)
     x = _random_tensor(nbytes, dev)
@@ -707,6 +731,10 @@ def measured_ceilings(device: torch.device | str | None = None, *, refresh: bool
     c = replace(c, matvec=matvec, matvec_failed=failed, matvec_layer=layer, few_rows=few, matvec_call=call)
     for name in matvec:
         kernels.set_matvec_costs(dev, DTYPES[name], c.matvec_costs(name))
+    # and rows longer than 4096 elements, whole against stored as blocks of their columns (a CPU only), through the
+    # one-row paths just chosen
+    long = {name: r for name in matvec if (r := kernels.measure_blocks(dev, DTYPES[name], nbytes=min(nbytes, 2**30)))}
+    c = replace(c, long_rows=long)
     # The batch-1 decode precision compares precisions on one footing: each one's 4096-row layers, streamed by its
     # own chosen path, sampled in turn like the ceilings above, so a drifting machine slows all of them alike.
     if len(matvec) > 1:

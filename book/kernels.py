@@ -10,7 +10,11 @@ per call (Python and operator dispatch, a kernel launch on a GPU, and a compiled
 some CPUs take longer than reading a small model's layer), so each is described by a fixed cost and a streaming rate, and a weight takes the path that is
 quickest *for its size* (`matvec_costs`, `set_matvec_costs`). A few rows at once (a batched step, a verification
 pass) get the same treatment: `measure_rows` times F.linear against the product with the weight on the left, which
-on some CPUs streams several times faster.
+on some CPUs streams several times faster. And on some CPUs a one-row product over rows longer than about 4096
+elements streams at about half the rate of shorter rows, whichever path runs it (the Zen 4 build: a [4096, 11008]
+bf16 weight at 20 GB/s, a [11008, 4096] one at 33): `measure_blocks` times such a weight stored as blocks of its
+columns, each a contiguous [N, c] matrix with c <= 4096, and where that is faster the decoder stores its long-row
+weights so (`row_blocks`, `to_blocks`, `blocked_linear`).
 """
 from __future__ import annotations
 
@@ -26,7 +30,9 @@ from .timing import time_fn
 
 __all__ = ["PATHS", "matvec", "measure_matvec", "matvec_path", "set_matvec_path", "mulsum", "MatvecResult",
            "describe", "ROW_PATHS", "FEW_ROWS", "few_rows", "measure_rows", "rows_path", "set_rows_path",
-           "measure_call_cost", "set_matvec_costs", "cheapest", "call_time", "SMALL_ROWS", "SMALL_K", "weight_stack"]
+           "measure_call_cost", "set_matvec_costs", "cheapest", "call_time", "SMALL_ROWS", "SMALL_K", "weight_stack",
+           "BLOCK_MAX", "LONG_ROWS", "block_width", "to_blocks", "from_blocks", "blocked_linear", "measure_blocks",
+           "row_blocks", "set_row_blocks", "BLOCKS_PAY"]
 
 #: The matrix-vector paths, with the one-line description the benchmark prints.
 PATHS: dict[str, str] = {
@@ -319,3 +325,116 @@ def describe(device: torch.device | str, dtype: torch.dtype, rates: dict[str, fl
         line += (f"; fixed cost a call (us: {fixed}), so weights of 1 MiB take {small}" if small != path else
                  f"; fixed cost a call (us: {fixed})")
     return line
+
+
+# ------------------------------------------------------------------------------------------------ long rows
+
+#: Rows longer than this many elements may be stored as blocks of at most this many columns.
+BLOCK_MAX = 4096
+#: The weight the choice is measured on: Llama-2-7B's MLP down projection, [hidden, intermediate].
+LONG_ROWS = (4096, 11008)
+#: Blocks replace whole rows only where they stream at least this many times as fast (a margin over run-to-run noise).
+BLOCKS_PAY = 1.15
+_BLOCKS: dict[tuple[str, torch.dtype], bool] = {}          # (device type, dtype) -> blocks measured faster
+_BLOCKED: list[Callable] = []                             # the compiled blocked product, made on first use
+
+
+def block_width(k: int) -> int | None:
+    """Columns per block for rows of `k` elements: the widest multiple of 64 up to BLOCK_MAX that divides k (2752
+    for 11008, 3584 for 14336); None where k needs no blocks (k <= BLOCK_MAX) or has no such divisor (chapter 02)."""
+    if k <= BLOCK_MAX:
+        return None
+    return next((c for c in range(BLOCK_MAX, 63, -64) if k % c == 0), None)
+
+
+def to_blocks(w: torch.Tensor, c: int) -> torch.Tensor:
+    """A weight [N, K] as its K/c blocks of c columns, each a contiguous [N, c] matrix: [K/c, N, c] (chapter 02)."""
+    n, k = w.shape
+    if c < 1 or k % c:
+        raise ValueError(f"a block of {c} columns does not divide rows of {k}")
+    return w.reshape(n, k // c, c).transpose(0, 1).contiguous()
+
+
+def from_blocks(wb: torch.Tensor) -> torch.Tensor:
+    """The [N, K] weight back from its blocks [K/c, N, c] (chapter 02)."""
+    j, n, c = wb.shape
+    return wb.transpose(0, 1).reshape(n, j * c)
+
+
+def _blocked_eager(wb: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    # each block's multiply-and-sum in fp32, then the blocks' partial sums added: one rounding to the weight's dtype
+    return (wb * x.view(wb.shape[0], 1, wb.shape[2])).sum(-1, dtype=torch.float32).sum(0).to(wb.dtype)
+
+
+def blocked_linear(x: torch.Tensor, wb: torch.Tensor) -> torch.Tensor:
+    """x [..., K] @ w.T -> [..., N] for a weight stored as blocks [K/c, N, c] (`to_blocks`): one row by a compiled
+    multiply-and-sum over every block at once, more rows by one matrix product per block, added (with the weight on
+    the left for 2-32 rows where `rows_path` measured that faster) (chapter 02)."""
+    j, n, c = wb.shape
+    rows = x.numel() // x.shape[-1]
+    if rows == 1:
+        xv = x.reshape(-1)
+        if torch.compiler.is_compiling():
+            y = _blocked_eager(wb, xv)
+        else:
+            try:
+                if not _BLOCKED:
+                    _BLOCKED.append(torch.compile(_blocked_eager, dynamic=None))
+                y = _BLOCKED[0](wb.detach(), xv)
+            except Exception as e:   # noqa: BLE001 - the compiled product failed here: the same sum in eager
+                _BLOCKED[:] = [_blocked_eager]
+                print(f"note: the compiled blocked product failed ({type(e).__name__}); using eager PyTorch",
+                      file=sys.stderr)
+                y = _blocked_eager(wb, xv)
+        return y.view(*x.shape[:-1], n)
+    xb = x.reshape(rows, j, c).transpose(0, 1)                     # [K/c, rows, c]
+    if rows <= FEW_ROWS and rows_path(x.device, wb.dtype) == "wx":   # the weight on the left, as measured faster
+        return torch.bmm(wb, xb.transpose(1, 2)).sum(0).T.reshape(*x.shape[:-1], n)
+    return torch.bmm(xb, wb.transpose(1, 2)).sum(0).view(*x.shape[:-1], n)
+
+
+def measure_blocks(device: torch.device | str | None = None, dtype: torch.dtype = torch.bfloat16, *,
+                   nbytes: int = 256 * 2**20, shape: tuple[int, int] = LONG_ROWS, repeats: int = 5,
+                   choose: bool = True) -> dict[str, float]:
+    """Bytes/s of one-row products over about `nbytes` of long-row weights (`shape`, read in turn): "whole", rows
+    as they are through the decoder's one-row path for that size, and "blocks", the same weights as blocks of
+    `block_width` columns; `choose=True` has the decoder store its long-row weights as blocks on this device and
+    dtype where blocks stream BLOCKS_PAY times as fast. Only on a CPU (on a GPU, where many threads read each row, the book has
+    not measured it) and only where torch.compile runs: else {} (chapter 02)."""
+    dev = as_device(device)
+    n, k = shape
+    c = block_width(k)
+    if dev.type != "cpu" or c is None:
+        return {}
+    ws = weight_stack(nbytes, n, k, dev, dtype)
+    x = torch.randn(k, device=dev).to(dtype)
+    size = sum(w.nbytes for w in ws)
+    path = matvec_path(dev, dtype, ws[0].nbytes)
+    try:
+        bs = [to_blocks(w, c) for w in ws]
+        want = matvec(ws[0], x, "linear").float()
+        got = blocked_linear(x, bs[0]).float()
+        if not (got - want).abs().max() / want.abs().max().clamp_min(1e-30) < 2e-2:
+            raise RuntimeError("the blocked product gave a wrong result")
+        whole = time_fn(lambda: [matvec(w, x, path) for w in ws], device=dev, warmup=1, repeats=repeats, number=None)
+        blocks = time_fn(lambda: [blocked_linear(x, b) for b in bs], device=dev, warmup=1, repeats=repeats,
+                         number=None)
+    except Exception as e:   # noqa: BLE001 - no compiler, or a kernel that fails here: rows stay whole
+        print(f"note: blocked weights not measured here ({type(e).__name__}); rows stay whole", file=sys.stderr)
+        return {}
+    rates = {"whole": size / whole.median, "blocks": size / blocks.median}
+    if choose:
+        set_row_blocks(dev, dtype, rates["blocks"] >= BLOCKS_PAY * rates["whole"])
+    return rates
+
+
+def set_row_blocks(device: torch.device | str, dtype: torch.dtype, use: bool) -> None:
+    """Record whether the decoder stores long-row weights as blocks on this device and dtype (chapter 02)."""
+    _BLOCKS[(torch.device(device).type, dtype)] = bool(use)
+
+
+def row_blocks(device: torch.device | str, dtype: torch.dtype, k: int) -> int | None:
+    """Columns per block for a new weight with rows of `k` elements on this device and dtype, or None (rows stay
+    whole): blocks only where `measure_blocks` found them faster (chapter 02)."""
+    kind = device.type if isinstance(device, torch.device) else torch.device(device).type
+    return block_width(k) if _BLOCKS.get((kind, dtype)) else None

@@ -26,6 +26,13 @@ def _weight(*shape: int, dtype: torch.dtype, device: torch.device) -> nn.Paramet
     return nn.Parameter(torch.empty(*shape, dtype=dtype, device=device), requires_grad=False)
 
 
+def _matrix(n: int, k: int, *, dtype: torch.dtype, device: torch.device) -> nn.Parameter:
+    """A weight [n, k], or, where rows of k elements stream faster as blocks of their columns on this device
+    (`kernels.row_blocks`), the same weight as blocks [k/c, n, c] (chapter 02)."""
+    c = kernels.row_blocks(device, dtype, k)
+    return _weight(*((k // c, n, c) if c else (n, k)), dtype=dtype, device=device)
+
+
 class RMSNorm(nn.Module):
     """x / rms(x) * weight, computed in fp32 like Hugging Face's LlamaRMSNorm (chapter 01)."""
 
@@ -48,7 +55,10 @@ def linear(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     quickest for this device, dtype and weight size (`book.kernels`: F.linear, torch.mv or a compiled multiply-and-sum,
     whose fixed cost a call pays off only on large weights); a few rows (a batched step, a verification pass) through
     the faster of F.linear and the product with the weight on the left; the fastest differs from machine to machine,
-    so it is measured, never assumed (chapter 02)."""
+    so it is measured, never assumed; a weight stored as blocks of its columns goes through
+    `kernels.blocked_linear` (chapter 02)."""
+    if w.dim() == 3:
+        return kernels.blocked_linear(x, w)
     rows = x.numel() // x.shape[-1]
     if rows == 1:
         path = kernels.matvec_path(x.device, w.dtype, w.numel() * w.element_size())
@@ -76,11 +86,11 @@ class Block(nn.Module):
         self.n_heads, self.n_kv, self.hd = a.n_heads, a.n_kv_heads, a.head_dim
         q, kv, f = a.n_heads * a.head_dim, a.n_kv_heads * a.head_dim, dict(dtype=dtype, device=device)
         self.attn_norm = RMSNorm(a.hidden, a.norm_eps, **f)
-        self.wqkv = _weight(q + 2 * kv, a.hidden, **f)       # rows: q heads, then k heads, then v heads
-        self.wo = _weight(a.hidden, q, **f)
+        self.wqkv = _matrix(q + 2 * kv, a.hidden, **f)       # rows: q heads, then k heads, then v heads
+        self.wo = _matrix(a.hidden, q, **f)
         self.mlp_norm = RMSNorm(a.hidden, a.norm_eps, **f)
-        self.w_gate_up = _weight(2 * a.intermediate, a.hidden, **f)  # rows: gate, then up
-        self.w_down = _weight(a.hidden, a.intermediate, **f)
+        self.w_gate_up = _matrix(2 * a.intermediate, a.hidden, **f)  # rows: gate, then up
+        self.w_down = _matrix(a.hidden, a.intermediate, **f)
 
     def project(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -198,7 +208,7 @@ class Llama(nn.Module):
         self.embed = _weight(a.vocab, a.hidden, **f)
         self.blocks = nn.ModuleList(Block(a, **f) for _ in range(a.n_layers))
         self.norm = RMSNorm(a.hidden, a.norm_eps, **f)
-        self.lm_head = self.embed if a.tied_embeddings else _weight(a.vocab, a.hidden, **f)
+        self.lm_head = self.embed if a.tied_embeddings else _matrix(a.vocab, a.hidden, **f)
         if inv_freq is None:
             inv_freq = 1.0 / (a.rope_theta ** (torch.arange(0, a.head_dim, 2, dtype=torch.float) / a.head_dim))
         self.register_buffer("inv_freq", inv_freq.float().to(dev), persistent=False)
@@ -229,6 +239,10 @@ class Llama(nn.Module):
         model = cls(arch, dtype=dt, device=dev, inv_freq=rot.inv_freq, rope_scale=float(rot.attention_scaling))
 
         def put(dst: torch.Tensor, *parts: torch.Tensor) -> None:   # several parts: stacked row-wise (fused)
+            if dst.dim() == 3:                                       # a weight stored as blocks of columns
+                with torch.no_grad():
+                    dst.copy_(kernels.to_blocks(torch.cat(parts).to(dst.dtype), dst.shape[2]))
+                return
             row = 0
             with torch.no_grad():
                 for p in parts:

@@ -10,7 +10,10 @@ from book.llama import linear
 @pytest.fixture(autouse=True)
 def _clean_choice():
     saved, saved_rows, saved_costs = dict(K._CHOICE), dict(K._ROWS_CHOICE), dict(K._COSTS)
+    saved_blocks = dict(K._BLOCKS)
     yield
+    K._BLOCKS.clear()
+    K._BLOCKS.update(saved_blocks)
     K._COSTS.clear()
     K._COSTS.update(saved_costs)
     K._SIZED.clear()                 # derived from the costs
@@ -175,3 +178,63 @@ def test_the_bench_names_the_path_each_weight_takes_at_its_size():
                                     "by its size)")
     K.set_matvec_costs("cpu", torch.float32, {"linear": (0.0, 1e9), "mulsum": (1.0, 2e9)})
     assert one_row_paths(model) == ("linear", "linear on all 5 weight matrices")
+
+
+def test_block_width_is_the_widest_multiple_of_64_up_to_4096_that_divides_the_row():
+    assert K.block_width(11008) == 2752 and K.block_width(14336) == 3584 and K.block_width(8192) == 4096
+    assert K.block_width(4096) is None and K.block_width(4097) is None      # short enough; no divisor
+    w = torch.randn(6, 4160)
+    wb = K.to_blocks(w, 832)
+    assert wb.shape == (5, 6, 832) and wb.is_contiguous() and torch.equal(K.from_blocks(wb), w)
+    with pytest.raises(ValueError, match="does not divide"):
+        K.to_blocks(w, 1000)
+
+
+@pytest.mark.parametrize("rows", [1, 4, 40])
+def test_a_blocked_weight_multiplies_like_the_whole_one(rows):
+    w, x = torch.randn(48, 4160), torch.randn(2, rows, 4160)[:1]
+    torch.testing.assert_close(K.blocked_linear(x, K.to_blocks(w, 832)), torch.nn.functional.linear(x, w),
+                               rtol=1e-4, atol=1e-3)
+    torch.testing.assert_close(linear(x, K.to_blocks(w, 832)), x @ w.T, rtol=1e-4, atol=1e-3)   # the decoder's
+    K.set_rows_path("cpu", torch.float32, "wx")                  # a few rows with the weight on the left
+    torch.testing.assert_close(K.blocked_linear(x, K.to_blocks(w, 832)), x @ w.T, rtol=1e-4, atol=1e-3)
+
+
+def test_blocks_are_measured_on_a_cpu_only_and_chosen_where_faster(monkeypatch, capsys):
+    K._BLOCKS.clear()                # nothing measured before this test (the fixture restores what was)
+    r = K.measure_blocks("cpu", torch.float32, nbytes=2**20, shape=(64, 4160), repeats=2)
+    assert set(r) == {"whole", "blocks"} and min(r.values()) > 0
+    assert K.row_blocks("cpu", torch.float32, 4160) == (832 if r["blocks"] >= K.BLOCKS_PAY * r["whole"] else None)
+    assert K.measure_blocks("cpu", torch.float32, shape=(64, 4096)) == {}          # rows short enough
+    K.set_row_blocks("cpu", torch.float32, True)
+    assert K.row_blocks("cpu", torch.float32, 4160) == 832 and K.row_blocks("cpu", torch.float32, 4096) is None
+    assert K.row_blocks("cpu", torch.bfloat16, 4160) is None                      # not measured: rows stay whole
+    # a compiled product that fails falls back to the same sum in eager PyTorch, with one line
+    monkeypatch.setattr(K, "_BLOCKED", [])
+    monkeypatch.setattr(torch, "compile", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("no compiler")))
+    w, x = torch.randn(8, 4160), torch.randn(4160)
+    torch.testing.assert_close(K.blocked_linear(x, K.to_blocks(w, 832)), w @ x, rtol=1e-4, atol=1e-3)
+    assert "compiled blocked product failed" in capsys.readouterr().err
+
+
+def test_the_decoder_stores_long_rows_as_blocks_where_measured_faster_and_computes_the_same():
+    from dataclasses import replace
+    from book.bench import one_row_paths
+    from book.llama import Llama
+    from book.models import architecture, build_random
+    tiny = replace(architecture("Llama-2-7B"), name="tiny", n_layers=1, hidden=64, n_heads=4, n_kv_heads=2,
+                   head_dim=16, intermediate=4160, vocab=256)
+    hf = build_random(tiny, dtype="fp32")
+    K._BLOCKS.clear()                # nothing measured: rows stay whole
+    whole = Llama.from_hf(hf)
+    K.set_row_blocks("cpu", torch.float32, True)
+    blocked = Llama.from_hf(hf)
+    assert whole.blocks[0].w_down.shape == (64, 4160) and blocked.blocks[0].w_down.shape == (5, 64, 832)
+    assert blocked.weight_bytes_per_step() == whole.weight_bytes_per_step()
+    assert "mulsum over column blocks on 1" in one_row_paths(blocked)[1]
+    x = torch.randint(3, 256, (1, 12))
+    for m in (whole, blocked):
+        m.setup_cache(1, 32)
+    torch.testing.assert_close(blocked.prefill(x), whole.prefill(x), rtol=1e-4, atol=1e-4)
+    tok = torch.tensor([5])
+    torch.testing.assert_close(blocked.decode_step(tok), whole.decode_step(tok), rtol=1e-4, atol=1e-4)
