@@ -550,11 +550,13 @@ class Ceilings:
         moved = [(n, self.matvec_layer[n][p], self.layer_bw(n)) for n in self.matvec if self.matvec_layer.get(n)
                  and (p := self.matvec_path(n)) in self.matvec_layer[n]
                  and abs(self.matvec_layer[n][p] / self.layer_bw(n) - 1) > 0.15]
-        for n, compared, sampled in moved:   # one path, two moments: the machine's speed moved between them
-            lines.append(f"{n} 4096-row layers ({self.matvec_path(n)}): {compared / GB:,.1f} GB/s when the paths\n"
-                         f"  were compared, {sampled / GB:,.1f} in the samples taken in turn (the row);\n"
-                         f"  two moments further apart than the samples' range (the est. rows use the first)")
-        over = [n for n in self.matvec if self.matvec_layer.get(n) and self.layer_bw(n) > self.matvec_bw(n)]
+        if moved:   # one path, two moments: the machine's speed moved between them
+            lines.append("4096-row layers: sampled in turn (the rows above), and when the paths were compared:")
+            lines += [f"  {n} ({self.matvec_path(n)}): {sampled / GB:,.1f} and {compared / GB:,.1f} GB/s"
+                      for n, compared, sampled in moved]
+            lines.append("  moments further apart than the samples' range (the est. rows use the second)")
+        over = [n for n in self.matvec if self.matvec_layer.get(n) and self.layer_bw(n) > self.matvec_bw(n)
+                and n not in {m[0] for m in moved}]
         if over:
             lines.append(f"{', '.join(over)}: 4096-row layers above the one-matrix ceiling; the two were measured at\n"
                          "  different moments of a machine whose speed varies (see the range)")
