@@ -387,10 +387,14 @@ def blocked_linear(x: torch.Tensor, wb: torch.Tensor) -> torch.Tensor:
                       file=sys.stderr)
                 y = _blocked_eager(wb, xv)
         return y.view(*x.shape[:-1], n)
-    xb = x.reshape(rows, j, c).transpose(0, 1)                     # [K/c, rows, c]
+    x2 = x.reshape(rows, j * c)
     if rows <= FEW_ROWS and rows_path(x.device, wb.dtype) == "wx":   # the weight on the left, as measured faster
+        xb = x2.view(rows, j, c).transpose(0, 1)                   # [K/c, rows, c]
         return torch.bmm(wb, xb.transpose(1, 2)).sum(0).T.reshape(*x.shape[:-1], n)
-    return torch.bmm(xb, wb.transpose(1, 2)).sum(0).view(*x.shape[:-1], n)
+    y = F.linear(x2[:, :c], wb[0])                                 # block by block into one output: no temporary
+    for i in range(1, j):                                          # as large as K/c outputs (a long prefill's)
+        y.addmm_(x2[:, i * c:(i + 1) * c], wb[i].T)
+    return y.view(*x.shape[:-1], n)
 
 
 def measure_blocks(device: torch.device | str | None = None, dtype: torch.dtype = torch.bfloat16, *,
