@@ -167,7 +167,8 @@ def negative_elbo(model: MaskedDiffusionLM, tokens: torch.Tensor, seq: int, *, w
 
 def pass_work(config: DiffusionConfig, tokens: int, batch: int = 1, dtype: str = "fp32"):
     """FLOPs and bytes of one sampling pass over `tokens` positions (prompt + block) for each of `batch` sequences,
-    as `book.roofline` counts a prefill (chapter 06). FLOPs: 2 per matmul weight per position, plus attention over
+    much as `book.roofline` counts a prefill, but with the LM head at every position, since every position's logits
+    are sampled (chapter 06). FLOPs: 2 per matmul weight per position, plus attention over
     every (query, key) pair, both directions (4 x hidden per pair per layer). Bytes: the weights once (the tied
     embedding read as the LM head), plus each position's token in and its logits out."""
     from .models import dtype_bytes
