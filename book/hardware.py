@@ -449,10 +449,9 @@ class Ceilings:
 
     def row_blocks(self, dtype: str) -> bool:
         """Whether the decoder stores `dtype` weights with rows longer than 4096 elements as blocks of their columns:
-        where the blocks streamed `kernels.BLOCKS_PAY` times as fast as whole rows (chapter 02)."""
-        from .kernels import BLOCKS_PAY
-        r = self.long_rows.get(dtype)
-        return bool(r) and r["blocks"] >= BLOCKS_PAY * r["whole"]
+        where the blocks streamed `kernels.BLOCKS_PAY` times as fast as whole rows (`kernels.blocks_pay`, chapter 02)."""
+        from .kernels import blocks_pay
+        return blocks_pay(self.long_rows.get(dtype))
 
     def rows_bw(self, dtype: str) -> float | None:
         """Bytes/s of `dtype`'s few-rows path (4-16 rows over 4096-row layers, as a batched step or a verification

@@ -32,7 +32,7 @@ __all__ = ["PATHS", "matvec", "measure_matvec", "matvec_path", "set_matvec_path"
            "describe", "ROW_PATHS", "FEW_ROWS", "few_rows", "measure_rows", "rows_path", "set_rows_path",
            "measure_call_cost", "set_matvec_costs", "cheapest", "call_time", "SMALL_ROWS", "SMALL_K", "weight_stack",
            "BLOCK_MAX", "LONG_ROWS", "block_width", "to_blocks", "from_blocks", "blocked_linear", "measure_blocks",
-           "row_blocks", "set_row_blocks", "BLOCKS_PAY"]
+           "row_blocks", "set_row_blocks", "BLOCKS_PAY", "blocks_pay"]
 
 #: The matrix-vector paths, with the one-line description the benchmark prints.
 PATHS: dict[str, str] = {
@@ -403,8 +403,8 @@ def measure_blocks(device: torch.device | str | None = None, dtype: torch.dtype 
     """Bytes/s of one-row products over about `nbytes` of long-row weights (`shape`, read in turn): "whole", rows
     as they are through the decoder's one-row path for that size, and "blocks", the same weights as blocks of
     `block_width` columns; `choose=True` has the decoder store its long-row weights as blocks on this device and
-    dtype where blocks stream BLOCKS_PAY times as fast. Only on a CPU (on a GPU, where many threads read each row, the book has
-    not measured it) and only where torch.compile runs: else {} (chapter 02)."""
+    dtype where they pay (`blocks_pay`). Only on a CPU (on a GPU, where many threads read each row, the book has not
+    measured it) and only where torch.compile runs: else {} (chapter 02)."""
     dev = as_device(device)
     n, k = shape
     c = block_width(k)
@@ -428,8 +428,14 @@ def measure_blocks(device: torch.device | str | None = None, dtype: torch.dtype 
         return {}
     rates = {"whole": size / whole.median, "blocks": size / blocks.median}
     if choose:
-        set_row_blocks(dev, dtype, rates["blocks"] >= BLOCKS_PAY * rates["whole"])
+        set_row_blocks(dev, dtype, blocks_pay(rates))
     return rates
+
+
+def blocks_pay(rates: dict[str, float] | None) -> bool:
+    """Whether `measure_blocks`' rates ({"whole", "blocks"}) make blocks worth storing: at least BLOCKS_PAY times as
+    fast (chapter 02)."""
+    return bool(rates) and rates["blocks"] >= BLOCKS_PAY * rates["whole"]
 
 
 def set_row_blocks(device: torch.device | str, dtype: torch.dtype, use: bool) -> None:
