@@ -170,7 +170,7 @@ def test_the_bench_names_the_path_each_weight_takes_at_its_size():
     from book.models import architecture, build_random
     tiny = replace(architecture("Llama-2-7B"), name="tiny", n_layers=1, hidden=64, n_heads=4, n_kv_heads=2,
                    head_dim=16, intermediate=128, vocab=256)
-    model = Llama.from_hf(build_random(tiny, dtype="fp32"))
+    model = Llama.from_hf(build_random(tiny, dtype="fp32", device="cpu"))   # the choices set below are the CPU's
     # the compiled product pays 24 us a call and streams twice as fast: it wins from about 47 KiB, so the 64 KiB
     # gate/up weight and LM head take it, the 16-32 KiB q/k/v, output and down weights F.linear
     K.set_matvec_costs("cpu", torch.float32, {"linear": (0.0, 1e9), "mulsum": (24e-6, 2e9)})
@@ -224,7 +224,7 @@ def test_the_decoder_stores_long_rows_as_blocks_where_measured_faster_and_comput
     from book.models import architecture, build_random
     tiny = replace(architecture("Llama-2-7B"), name="tiny", n_layers=1, hidden=64, n_heads=4, n_kv_heads=2,
                    head_dim=16, intermediate=4160, vocab=256)
-    hf = build_random(tiny, dtype="fp32")
+    hf = build_random(tiny, dtype="fp32", device="cpu")         # blocks are set for the CPU below
     K._BLOCKS.clear()                # nothing measured: rows stay whole
     whole = Llama.from_hf(hf)
     K.set_row_blocks("cpu", torch.float32, True)

@@ -90,7 +90,7 @@ def test_ragged_batch_equals_each_sequence_alone():
         alone = book.generate(torch.tensor([p]), 6)
         assert torch.equal(batched[i], alone[0]), f"sequence {i} differs when batched"
     # the logits too, not only the argmax
-    tok, lengths = pad_prompts(prompts)
+    tok, lengths = pad_prompts(prompts, device=book.device)
     book.setup_cache(batch=3, max_len=32)
     lb = book.prefill(tok, lengths)
     nxt = lb.argmax(-1)
