@@ -322,6 +322,12 @@ class Ceilings:
         return statistics.median(xs) if xs else self.read_bw
 
     @property
+    def read_samples(self) -> str:
+        """The name of the samples the read bandwidth is the median of: "read" (`sum`), or "matvec <dtype>" where a
+        matrix-vector product read faster (chapter 00)."""
+        return "read" if self.read_kernel == "sum" else f"matvec {self.read_kernel.split()[1].rstrip(',')}"
+
+    @property
     def decode_bw(self) -> float:
         """The bandwidth every decode MBU in the book is measured against: the read bandwidth (chapter 00)."""
         return self.read_bw
@@ -395,12 +401,13 @@ class Ceilings:
         return self.matmul[dtype] / self.read_bw
 
     def matvec_bw(self, dtype: str) -> float:
-        """The matrix-vector ceiling: bytes/s of the fastest single matrix-vector product over the same bytes
-        (chapter 02)."""
+        """The matrix-vector ceiling: bytes/s of the fastest single matrix-vector product over one large matrix, the
+        median of its samples taken in turn with `sum` (else its one measurement) (chapter 02)."""
         rates = self.matvec.get(dtype)
         if not rates:
             raise ValueError(f"no matrix-vector ceiling measured for {dtype}; measured: {sorted(self.matvec)}")
-        return max(rates.values())
+        xs = self.samples.get(f"matvec {dtype}")
+        return statistics.median(xs) if xs else max(rates.values())
 
     def matvec_path(self, dtype: str) -> str:
         """The decoder's matrix-vector path for `dtype` (see book.kernels.PATHS): the fastest over layer-sized
@@ -483,8 +490,7 @@ class Ceilings:
             n = len(self.samples.get(name, ()))
             return f"{self.spread(name):.0%} ({n})" if n > 1 else "-"
 
-        rows = [(f"read bandwidth ({self.read_kernel})", f"{self.read_bw / GB:,.1f} GB/s",
-                 spread("read") if self.read_kernel == "sum" else "-",
+        rows = [(f"read bandwidth ({self.read_kernel})", f"{self.read_bw / GB:,.1f} GB/s", spread(self.read_samples),
                  f"{ds.bandwidth_gbs:,.0f} GB/s" if ds else "-"),
                 ("copy bandwidth (read+write)", f"{self.copy_bw / GB:,.1f} GB/s", spread("copy"),
                  f"{ds.bandwidth_gbs:,.0f} GB/s" if ds else "-")]
@@ -497,7 +503,7 @@ class Ceilings:
         chosen = {self.fastest(tuple(self.matvec)), self.decode_dtype()} if self.matvec else set()
         for name in self.matvec:
             rows.append((f"matrix-vector {name} ({self.matvec_ceiling_path(name)})",
-                         f"{self.matvec_bw(name) / GB:,.1f} GB/s", "-", "-"))
+                         f"{self.matvec_bw(name) / GB:,.1f} GB/s", spread(f"matvec {name}"), "-"))
             if self.matvec_layer.get(name):   # what the decode precision is chosen by, for every precision
                 rows.append((f"  4096-row layers ({self.matvec_path(name)})", f"{self.layer_bw(name) / GB:,.1f} GB/s",
                              spread(f"layers {name}"), "-"))
@@ -531,6 +537,10 @@ class Ceilings:
             lines.append(f"* a slow fallback here ({each} the fp32 rate;\n  below {FALLBACK_BELOW_FP32}x the fp32 "
                          f"rate a precision is never chosen for matrix-matrix\n  products (prefill, batches); "
                          f"batch-1 decode is chosen by the line below)")   # short lines: the output column is narrow
+        if self.read_kernel != "sum" and self.read_bw > SUM_BELOW * self.read_sum_bw:
+            lines.append(f"sum read {self.read_sum_bw / GB:,.1f} GB/s; a matrix-vector product over the same "
+                         f"bytes,\n  in the same rounds, read {self.read_bw / self.read_sum_bw:.2f}x as fast: the "
+                         f"memory delivers at least\n  the product's rate, so that is the read bandwidth")
         if len(self.matvec) > 1:
             lines.append(self.decode_text(narrow=True))
         blocked = [n for n in self.long_rows if self.row_blocks(n)]
@@ -610,10 +620,13 @@ def ceilings_file() -> Path | None:
     return Path(base) / "why-llm-decoding-is-slow" / "ceilings.json"
 
 
+#: A matrix-vector product this much faster than `sum` over the same bytes gets a line of its own in the table.
+SUM_BELOW = 1.25
+
 #: Raised whenever the cached ceilings gain a measurement, so a file written before it is measured again, not read
 #: without it (2: one-row products in every precision, and layers sampled in turn for the decode precision; 3: long
-#: rows, whole and as blocks).
-CEILINGS_VERSION = 3
+#: rows, whole and as blocks; 4: the one-matrix products sampled in turn with `sum`).
+CEILINGS_VERSION = 4
 
 
 def _cache_key(dev: torch.device, dtypes: list[str]) -> str:
@@ -683,6 +696,13 @@ def measured_ceilings(device: torch.device | str | None = None, *, refresh: bool
                     kernels.set_row_blocks(dev, DTYPES[name], c.row_blocks(name))
             return c
     nbytes = nbytes or bandwidth_test_bytes(dev)
+    # Every precision gets its one-row products measured, a slow-fallback matmul included: a decode step streams
+    # weights, and a precision whose matmul is slow can still stream them fastest (bf16 on a CPU without bf16
+    # instructions). First each path once over one large matrix, to know which path sets the ceiling.
+    matvec, failed = {}, {}
+    for name in dict.fromkeys("fp32" if d == "tf32" else d for d in dtypes):
+        r = kernels.measure_matvec(min(nbytes, 2 * 2**30), dev, DTYPES[name], choose=False)
+        matvec[name], failed[name] = dict(r), dict(r.failed)
     x = _random_tensor(nbytes, dev)
     samples: dict[str, list[float]] = {"read": [], "copy": []}
     sizes: dict[str, int] = {}
@@ -692,11 +712,26 @@ def measured_ceilings(device: torch.device | str | None = None, *, refresh: bool
         n = sizes[name]
         operands[name] = (torch.randn(n, n, device=dev).to(DTYPES[name]), torch.randn(n, n, device=dev).to(DTYPES[name]))
         samples[f"matmul {name}"] = []
+    # then that path's one-matrix product sampled in every round beside `sum`, so the two read bandwidths (and the
+    # matrix-vector ceiling) are medians over the same moments of a machine whose speed drifts
+    # (each matrix made anew in each round, so a GPU holds one of them at a time)
+    mv_bytes = min(nbytes, 2 * 2**30)
+    ways = {name: max(rates, key=rates.get) for name, rates in matvec.items() if rates}
+    for name in ways:
+        samples[f"matvec {name}"] = []
     allow = torch.backends.cuda.matmul.allow_tf32
     try:
         for _ in range(rounds):
             samples["read"].append(measure_read_bandwidth(device=dev, x=x, repeats=3)[0])
             samples["copy"].append(measure_copy_bandwidth(nbytes, dev, repeats=3)[0])
+            for name, way in ways.items():
+                w = random_tensor(max(1, mv_bytes // (4096 * DTYPES[name].itemsize)), 4096, device=dev,
+                                  dtype=DTYPES[name])
+                v = torch.randn(4096, device=dev).to(DTYPES[name])
+                one = (lambda: kernels.mulsum(w, v)) if way == "mulsum" else (lambda: kernels.matvec(w, v, way))
+                samples[f"matvec {name}"].append(w.nbytes / time_fn(one, device=dev, warmup=1, repeats=3,
+                                                                       number=None).median)
+                del w
             for name in dtypes:
                 a, b = operands[name]
                 torch.backends.cuda.matmul.allow_tf32 = name == "tf32"
@@ -712,13 +747,8 @@ def measured_ceilings(device: torch.device | str | None = None, *, refresh: bool
                  datasheet=datasheet_for(name) if dev.type == "cuda" else None,
                  samples={k: tuple(v) for k, v in samples.items()},
                  measured_at=datetime.now().strftime("%Y-%m-%d %H:%M"))
-    matvec, failed, layer, few, call = {}, {}, {}, {}, {}
-    # Every precision gets its one-row products measured, a slow-fallback matmul included: a decode step streams
-    # weights, and a precision whose matmul is slow can still stream them fastest (bf16 on a CPU without bf16
-    # instructions). Only a few rows, which is matmul work, is left out for a fallback.
-    for name in dict.fromkeys("fp32" if d == "tf32" else d for d in dtypes):
-        r = kernels.measure_matvec(min(nbytes, 2 * 2**30), dev, DTYPES[name], choose=False)
-        matvec[name], failed[name] = dict(r), dict(r.failed)
+    layer, few, call = {}, {}, {}
+    for name in matvec:
         # The decoder's choice is made on layer-sized matrices read in turn, as a decode step reads them (a kernel
         # that wins on one huge matrix can lose on 4096 rows, where each call's fixed cost counts).
         r = kernels.measure_matvec(min(nbytes, 2 * 2**30), dev, DTYPES[name], rows=4096, k=4096,
@@ -726,7 +756,8 @@ def measured_ceilings(device: torch.device | str | None = None, *, refresh: bool
         layer[name] = dict(r)
         # and the fixed cost a call, on small weights, so a small model's layers take the path quickest for them
         call[name] = kernels.measure_call_cost(tuple(layer[name]), dev, DTYPES[name])
-        # and a few rows (a batched step, a verification pass) on layers of 4096 x 4096, read in turn
+        # and a few rows (a batched step, a verification pass) on layers of 4096 x 4096, read in turn; left out
+        # for a slow-fallback precision, since a few rows are matmul work
         if name not in c.fallbacks:
             few[name] = kernels.measure_rows(dev, DTYPES[name], nbytes=min(nbytes, 2**30))
     c = replace(c, matvec=matvec, matvec_failed=failed, matvec_layer=layer, few_rows=few, matvec_call=call)
@@ -744,7 +775,7 @@ def measured_ceilings(device: torch.device | str | None = None, *, refresh: bool
         c = replace(c, samples=samples)
     # A matrix-vector product reads its matrix once too: when one streams faster than `sum`, the memory can deliver
     # at least that much, so it is the read bandwidth (and MBU, measured against it, stays at or below one).
-    best = max(((r, f"matrix-vector {d}, {p}") for d, rates in matvec.items() for p, r in rates.items()),
+    best = max(((c.matvec_bw(d), f"matrix-vector {d}, {c.matvec_ceiling_path(d)}") for d in matvec if matvec[d]),
                default=(0.0, ""))
     if best[0] > c.read_bw:
         c = replace(c, read_bw=best[0], read_kernel=best[1])
