@@ -153,6 +153,7 @@ def bench_decode(model: str = "Llama-2-7B", *, layers: int | None = None, dtype:
     # Timed: inside HF's own generate loop, a logits processor runs one book step and one read-bandwidth sample
     # between consecutive HF steps, so all three see the same machine state (this VM's bandwidth drifts).
     book_times, hf_times, bw_samples, mv_samples, step_bytes, book_tokens = [], [], [], [], [], []
+    margins = []                       # HF's gap between its top two logits at each token, per sequence
     state = {"tok": book.prefill(x).argmax(-1), "last": None}
 
     def book_step() -> None:
@@ -174,6 +175,8 @@ def bench_decode(model: str = "Llama-2-7B", *, layers: int | None = None, dtype:
         now = time.perf_counter()
         if state["last"] is not None:
             hf_times.append(now - state["last"])
+        top = scores.float().topk(2, dim=-1).values
+        margins.append(top[:, 0] - top[:, 1])
         if len(book_times) < steps:
             book_step()
         synchronize(dev)
@@ -220,12 +223,15 @@ def bench_decode(model: str = "Llama-2-7B", *, layers: int | None = None, dtype:
         with torch.no_grad():
             want = ref(x).logits[:, -1].float()
             book.setup_cache(batch, max_len)
-            err = ((book.prefill(x).float() - want).abs().max() / want.abs().max()).item()
+            diff = (book.prefill(x).float() - want).abs().max().item()
+            err = diff / want.abs().max().item()
         got = torch.stack(book_tokens, 1)[:, :hf_tokens.shape[1]]
         agree = (got == hf_tokens).all(0).long()
         same = int(agree.cumprod(0).sum())
         out(f"check: last prefill logits |book - HF| / max|HF| = {err:.1e}; greedy tokens equal for the first "
             f"{same} of {got.shape[1]} steps")
+        if same < got.shape[1]:        # why they parted: a near tie, or logits that differ beyond rounding
+            out(tie_text(same + 1, float(margins[same + 1][got[:, same] != hf_tokens[:, same]].min()), diff))
         out(f"book/HF tokens/s: {speedup:.2f}x (median of per-step paired ratios; ratio of the median step times "
             f"{th.median / tb.median:.2f}x)")
     short = f"{arch.name.split(' ')[0]}[{arch.n_layers}L]"
@@ -295,6 +301,17 @@ def _paired_step_ms(model: Llama, x: torch.Tensor, dev: torch.device, n: int = 6
 
 def _gb(n: float) -> str:
     return f"{n / GB:.3f} GB" if n >= 1e8 else f"{n / 2**20:.2f} MiB"
+
+
+def tie_text(step: int, gap: float, diff: float) -> str:
+    """Why the book's greedy tokens parted from HF's at `step`: HF's top two logits there were `gap` apart, against
+    `diff`, the largest difference between the two decoders' logits after the prompt (chapter 02)."""
+    if gap <= diff:
+        return (f"  at step {step} HF's top two logits were {gap:.2g} apart, within the {diff:.2g} by which the two "
+                f"decoders' logits differ after the prompt (each rounds differently): a near tie that rounding can "
+                f"flip, after which the two texts go their own ways")
+    return (f"  at step {step} HF's top two logits were {gap:.2g} apart, more than the {diff:.2g} by which the two "
+            f"decoders' logits differ after the prompt: a difference beyond rounding, worth a look")
 
 
 def _hf_generate(model, x: torch.Tensor, n: int, hook) -> torch.Tensor:

@@ -52,6 +52,14 @@ def test_decode_result_and_no_hf(capsys):
     assert capsys.readouterr().out.strip().splitlines()[-1].endswith("book/HF tokens/s=n/a")
 
 
+def test_a_parting_of_greedy_tokens_is_called_a_near_tie_only_within_the_decoders_difference():
+    from book.bench import tie_text
+    near = tie_text(28, 0.01, 0.03)
+    assert "at step 28" in near and "0.01 apart, within the 0.03" in near and "near tie" in near
+    far = tie_text(5, 0.5, 0.03)
+    assert "more than the 0.03" in far and "beyond rounding" in far and "near tie" not in far
+
+
 def test_bad_arguments():
     with pytest.raises(ValueError, match="unknown dtype"):
         bench_decode(dtype="int3", device="cpu")
