@@ -566,9 +566,16 @@ class Ceilings:
             lines.append("  moments further apart than the samples' range (the est. rows use the second)")
         over = [n for n in self.matvec if self.matvec_layer.get(n) and self.layer_bw(n) > self.matvec_bw(n)
                 and n not in {m[0] for m in moved}]
-        if over:
-            lines.append(f"{', '.join(over)}: 4096-row layers above the one-matrix ceiling; the two were measured at\n"
-                         "  different moments of a machine whose speed varies (see the range)")
+        paired = [n for n in over if f"layers {n}" in self.samples and f"matvec {n}" in self.samples]
+        every = [n for n in paired if all(a > b for a, b in zip(self.samples[f"layers {n}"],
+                                                                 self.samples[f"matvec {n}"]))]
+        if every:       # faster in every one of the same rounds: the shape, not the moment (else within noise)
+            lines.append(f"{', '.join(every)}: 4096-row layers read in turn streamed faster than one large matrix\n"
+                         "  in every round: the kernel's rate depends on the matrix's shape here")
+        if len(paired) < len(over):
+            lines.append(f"{', '.join(n for n in over if n not in paired)}: 4096-row layers above the one-matrix "
+                         "ceiling; the two were measured at\n  different moments of a machine whose speed varies "
+                         "(see the range)")
         lines.append(f"device: {self.device}; bandwidth tensors {self.bytes_tested / 2**20:,.0f} MiB")
         lines.append("range: (largest - smallest) / median of the (n) samples, taken in turn")
         lines.append(f"datasheet: {ds.name} ({ds.source})" if ds else "datasheet: none in the catalog for this device")
@@ -625,8 +632,9 @@ SUM_BELOW = 1.25
 
 #: Raised whenever the cached ceilings gain a measurement, so a file written before it is measured again, not read
 #: without it (2: one-row products in every precision, and layers sampled in turn for the decode precision; 3: long
-#: rows, whole and as blocks; 4: the one-matrix products sampled in turn with `sum`).
-CEILINGS_VERSION = 4
+#: rows, whole and as blocks; 4: the one-matrix products sampled in turn with `sum`; 5: and the 4096-row layers
+#: in the same rounds).
+CEILINGS_VERSION = 5
 
 
 def _cache_key(dev: torch.device, dtypes: list[str]) -> str:
@@ -698,27 +706,32 @@ def measured_ceilings(device: torch.device | str | None = None, *, refresh: bool
     nbytes = nbytes or bandwidth_test_bytes(dev)
     # Every precision gets its one-row products measured, a slow-fallback matmul included: a decode step streams
     # weights, and a precision whose matmul is slow can still stream them fastest (bf16 on a CPU without bf16
-    # instructions). First each path once over one large matrix, to know which path sets the ceiling.
-    matvec, failed = {}, {}
+    # instructions). First each path once, to choose: over one large matrix (the ceiling's path), and over
+    # layer-sized matrices read in turn, as a decode step reads them (the decoder's path: a kernel that wins on one
+    # huge matrix can lose on 4096 rows, where each call's fixed cost counts).
+    matvec, failed, layer = {}, {}, {}
     for name in dict.fromkeys("fp32" if d == "tf32" else d for d in dtypes):
         r = kernels.measure_matvec(min(nbytes, 2 * 2**30), dev, DTYPES[name], choose=False)
         matvec[name], failed[name] = dict(r), dict(r.failed)
+        layer[name] = dict(kernels.measure_matvec(min(nbytes, 2 * 2**30), dev, DTYPES[name], rows=4096, k=4096,
+                                                  paths=tuple(matvec[name])))
+    # Then every rate compared with another is sampled in the same rounds, in turn, so a machine whose speed drifts
+    # slows all of them alike: `sum`, copy, each matmul, each precision's one large matrix (made anew in each round,
+    # so a GPU holds one at a time) and its 4096-row layers, each through its chosen path.
     x = _random_tensor(nbytes, dev)
-    samples: dict[str, list[float]] = {"read": [], "copy": []}
     sizes: dict[str, int] = {}
     operands: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
     for name in dtypes:
         _, sizes[name], _ = measure_matmul(name, dev, repeats=1)
         n = sizes[name]
         operands[name] = (torch.randn(n, n, device=dev).to(DTYPES[name]), torch.randn(n, n, device=dev).to(DTYPES[name]))
-        samples[f"matmul {name}"] = []
-    # then that path's one-matrix product sampled in every round beside `sum`, so the two read bandwidths (and the
-    # matrix-vector ceiling) are medians over the same moments of a machine whose speed drifts
-    # (each matrix made anew in each round, so a GPU holds one of them at a time)
     mv_bytes = min(nbytes, 2 * 2**30)
     ways = {name: max(rates, key=rates.get) for name, rates in matvec.items() if rates}
-    for name in ways:
-        samples[f"matvec {name}"] = []
+    stacks = {name: (kernels.weight_stack(min(nbytes, 2**30), 4096, 4096, dev, DTYPES[name]),
+                     torch.randn(4096, device=dev).to(DTYPES[name]), max(layer[name], key=layer[name].get))
+              for name in ways if layer.get(name)}
+    samples: dict[str, list[float]] = {"read": [], "copy": [], **{f"matmul {d}": [] for d in dtypes},
+                                       **{f"matvec {d}": [] for d in ways}, **{f"layers {d}": [] for d in stacks}}
     allow = torch.backends.cuda.matmul.allow_tf32
     try:
         for _ in range(rounds):
@@ -728,10 +741,13 @@ def measured_ceilings(device: torch.device | str | None = None, *, refresh: bool
                 w = random_tensor(max(1, mv_bytes // (4096 * DTYPES[name].itemsize)), 4096, device=dev,
                                   dtype=DTYPES[name])
                 v = torch.randn(4096, device=dev).to(DTYPES[name])
-                one = (lambda: kernels.mulsum(w, v)) if way == "mulsum" else (lambda: kernels.matvec(w, v, way))
-                samples[f"matvec {name}"].append(w.nbytes / time_fn(one, device=dev, warmup=1, repeats=3,
-                                                                       number=None).median)
+                t = time_fn(lambda: kernels.matvec(w, v, way), device=dev, warmup=1, repeats=3, number=None)
+                samples[f"matvec {name}"].append(w.nbytes / t.median)
                 del w
+            for name, (ws, v, way) in stacks.items():
+                t = time_fn(lambda: [kernels.matvec(w, v, way) for w in ws], device=dev, warmup=1, repeats=3,
+                            number=None)
+                samples[f"layers {name}"].append(sum(w.nbytes for w in ws) / t.median)
             for name in dtypes:
                 a, b = operands[name]
                 torch.backends.cuda.matmul.allow_tf32 = name == "tf32"
@@ -739,40 +755,29 @@ def measured_ceilings(device: torch.device | str | None = None, *, refresh: bool
                 samples[f"matmul {name}"].append(2 * sizes[name] ** 3 / t.median)
     finally:
         torch.backends.cuda.matmul.allow_tf32 = allow
-    del x, operands
+    del x, operands, stacks
     rates = {name: statistics.median(samples[f"matmul {name}"]) for name in dtypes}
     name = device_name(dev)
     c = Ceilings(device=name, kind=dev.type, read_bw=statistics.median(samples["read"]), copy_bw=statistics.median(samples["copy"]),
                  matmul=rates, bytes_tested=nbytes, matmul_sizes=sizes,
                  datasheet=datasheet_for(name) if dev.type == "cuda" else None,
-                 samples={k: tuple(v) for k, v in samples.items()},
-                 measured_at=datetime.now().strftime("%Y-%m-%d %H:%M"))
-    layer, few, call = {}, {}, {}
+                 samples={k: tuple(v) for k, v in samples.items()}, matvec=matvec, matvec_failed=failed,
+                 matvec_layer=layer, measured_at=datetime.now().strftime("%Y-%m-%d %H:%M"))
+    few, call = {}, {}
     for name in matvec:
-        # The decoder's choice is made on layer-sized matrices read in turn, as a decode step reads them (a kernel
-        # that wins on one huge matrix can lose on 4096 rows, where each call's fixed cost counts).
-        r = kernels.measure_matvec(min(nbytes, 2 * 2**30), dev, DTYPES[name], rows=4096, k=4096,
-                                   paths=tuple(matvec[name]))
-        layer[name] = dict(r)
-        # and the fixed cost a call, on small weights, so a small model's layers take the path quickest for them
+        # the fixed cost a call, on small weights, so a small model's layers take the path quickest for them
         call[name] = kernels.measure_call_cost(tuple(layer[name]), dev, DTYPES[name])
         # and a few rows (a batched step, a verification pass) on layers of 4096 x 4096, read in turn; left out
         # for a slow-fallback precision, since a few rows are matmul work
         if name not in c.fallbacks:
             few[name] = kernels.measure_rows(dev, DTYPES[name], nbytes=min(nbytes, 2**30))
-    c = replace(c, matvec=matvec, matvec_failed=failed, matvec_layer=layer, few_rows=few, matvec_call=call)
+    c = replace(c, few_rows=few, matvec_call=call)
     for name in matvec:
         kernels.set_matvec_costs(dev, DTYPES[name], c.matvec_costs(name))
     # and rows longer than 4096 elements, whole against stored as blocks of their columns (a CPU only), through the
     # one-row paths just chosen
     long = {name: r for name in matvec if (r := kernels.measure_blocks(dev, DTYPES[name], nbytes=min(nbytes, 2**30)))}
     c = replace(c, long_rows=long)
-    # The batch-1 decode precision compares precisions on one footing: each one's 4096-row layers, streamed by its
-    # own chosen path, sampled in turn like the ceilings above, so a drifting machine slows all of them alike.
-    if len(matvec) > 1:
-        samples = {**c.samples, **_layer_samples(dev, {d: c.matvec_path(d) for d in matvec}, min(nbytes, 2**30),
-                                                 rounds)}
-        c = replace(c, samples=samples)
     # A matrix-vector product reads its matrix once too: when one streams faster than `sum`, the memory can deliver
     # at least that much, so it is the read bandwidth (and MBU, measured against it, stays at or below one).
     best = max(((c.matvec_bw(d), f"matrix-vector {d}, {c.matvec_ceiling_path(d)}") for d in matvec if matvec[d]),
@@ -782,23 +787,6 @@ def measured_ceilings(device: torch.device | str | None = None, *, refresh: bool
     c = _save(key, c, path)
     _CEILINGS[key] = c
     return c
-
-
-def _layer_samples(dev: torch.device, paths: dict[str, str], nbytes: int, rounds: int) -> dict[str, tuple[float, ...]]:
-    """Bytes/s of each precision's 4096-row layers (about `nbytes` of them) through its own one-row path, one sample
-    per precision per round, taken in turn: {"layers <dtype>": samples} (chapter 02)."""
-    from . import kernels
-    sets = {}
-    for name in paths:
-        ws = kernels.weight_stack(nbytes, 4096, 4096, dev, DTYPES[name])
-        sets[name] = ws, torch.randn(4096, device=dev).to(DTYPES[name]), sum(w.nbytes for w in ws)
-    out: dict[str, list[float]] = {f"layers {name}": [] for name in paths}
-    for _ in range(rounds):
-        for name, path in paths.items():
-            ws, x, total = sets[name]
-            t = time_fn(lambda: [kernels.matvec(w, x, path) for w in ws], device=dev, warmup=1, repeats=3, number=None)
-            out[f"layers {name}"].append(total / t.median)
-    return {k: tuple(v) for k, v in out.items()}
 
 
 def bandwidth_sweep(sizes: list[int], device: torch.device | str | None = None, *,

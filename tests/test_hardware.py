@@ -154,6 +154,12 @@ def test_the_decoders_path_follows_layer_sized_matrices_not_the_ceiling():
     assert "when the paths were compared:\n  bf16 (mv): 610.0 and 890.0 GB/s" in moved.table()
     faster = replace(c, matvec_layer={"bf16": {"mv": 3.1e12, "mulsum": 0.35e12}})  # sampled at a quicker moment
     assert "bf16: 4096-row layers above the one-matrix ceiling" in faster.table()
+    both = replace(c, samples={**c.samples, "layers bf16": (0.88e12, 0.89e12, 0.9e12),       # the same rounds
+                               "matvec bf16": (0.5e12, 0.52e12, 0.51e12)})
+    assert "bf16: 4096-row layers read in turn streamed faster than one large matrix\n  in every round" in both.table()
+    assert "different moments" not in both.table()
+    mixed = replace(both, samples={**both.samples, "matvec bf16": (0.5e12, 0.95e12, 0.51e12)})
+    assert "than one large matrix" not in mixed.table() and "different moments" not in mixed.table()  # noise
     assert hw.Ceilings.from_json(c.to_json()).few_rows == c.few_rows
 
 
