@@ -220,13 +220,15 @@ def mfu(flops: float, seconds: float, peak: float) -> float:
 
 def step_shortfall(nbytes: float, seconds: float, stream_bw: float,
                    kernels: str = "one-row products over 4096-row layers", *, margin: float = 1.25,
-                   per_call: tuple[float, float] | None = None) -> str:
+                   per_call: tuple[float, float] | None = None, graph: bool = False) -> str:
     """Why a step that moved `nbytes` in `seconds` ran below the read bandwidth, split in two: the time its bytes
     take at the rate its kernels stream layer-sized weights on this device (`stream_bw`, bytes/s, named by
     `kernels`), and what is left over, a fixed cost per step (dispatch, small operations, launches) that no
     bandwidth explains; the step counts as the kernels' when it is within `margin` of their time. `per_call`
     (seconds one 4096-row call takes, seconds of it the call's fixed cost; `Ceilings.layer_call`) says when that
-    rate is set by calls rather than by memory, as with a GPU's launches one at a time (chapters 02 and 04)."""
+    rate is set by calls rather than by memory, as with a GPU's launches one at a time; `graph`: the step was
+    replayed as a CUDA graph, which pays no dispatch or launch a call, so the rest is named as the GPU's own work
+    (chapters 02 and 04)."""
     from .timing import format_seconds
     _positive("bytes", nbytes)
     _positive("seconds", seconds)
@@ -236,8 +238,9 @@ def step_shortfall(nbytes: float, seconds: float, stream_bw: float,
             f"{format_seconds(at_kernels)}")
     calls = call_bound(per_call)
     if calls:
-        head += (f" (of each {format_seconds(per_call[0])} call, {format_seconds(per_call[1])} is the call's fixed "
-                 f"cost, dispatch and a kernel launch: that rate is set by calls more than by memory)")
+        head += (f" (a 4096-row call takes {format_seconds(per_call[0])}, a call on a small weight "
+                 f"{format_seconds(per_call[1])}, dispatch and a kernel launch, which overlap the kernel: that rate "
+                 f"is set by calls more than by memory)")
     if seconds < at_kernels / 1.1:
         why = ("it paid less of that per-call cost (a CUDA graph replays its kernels without it), or its kernels "
                "ran faster during it than when the ceilings were measured" if calls else
@@ -251,10 +254,13 @@ def step_shortfall(nbytes: float, seconds: float, stream_bw: float,
                 + f" for the step ({format_seconds(seconds)}, {seconds / at_kernels:.2f}x that"
                 + (f"; the other {format_seconds(rest)}: a fixed cost per step or the machine's drift)"
                    if rest > 0.05 * seconds else ")"))
-    return (f"{head}: the other {format_seconds(seconds - at_kernels)} of its {format_seconds(seconds)} is not "
-            + ("those calls" if calls else "the weights' streaming at that rate")
-            + "; likely a fixed cost per step (Python and operator dispatch, small operations, kernel launches on a "
+    likely = ("likely the GPU's own work beside those products: many small kernels (norms, rotary embedding, "
+              "attention, the cache write), each with its start and its tail, which a graph replays but does not "
+              "remove" if graph else
+              "likely a fixed cost per step (Python and operator dispatch, small operations, kernel launches on a "
               "GPU), or a machine running slower than when the ceilings were measured")
+    return (f"{head}: the other {format_seconds(seconds - at_kernels)} of its {format_seconds(seconds)} is not "
+            + ("those calls" if calls else "the weights' streaming at that rate") + f"; {likely}")
 
 
 def measure_decode_step(model, batch: int, context: int, *, warmup: int = 3, repeats: int = 10):

@@ -299,8 +299,12 @@ def test_step_shortfall_names_a_rate_set_by_calls():
     # the H200's eager step: a 4096-row bf16 call takes 23.1 us, 18.6 of it the call's fixed cost
     h200 = (23.1e-6, 18.6e-6)
     why = R.step_shortfall(13.28 * GB, 20.4e-3, 1451.7 * GB, per_call=h200)
-    assert "(of each 23.1 µs call, 18.6 µs is the call's fixed cost" in why and "set by calls" in why
-    assert "is not those calls; likely a fixed cost per step" in why
+    assert "(a 4096-row call takes 23.1 µs, a call on a small weight 18.6 µs" in why and "set by calls" in why
+    assert "which overlap the kernel" in why and "is not those calls; likely a fixed cost per step" in why
+    # replayed as a CUDA graph and slower than its products at one large matrix's rate: the GPU's own small
+    # kernels, not Python or launches, which the graph removes
+    replay = R.step_shortfall(13.28 * GB, 7.15e-3, 4405 * GB, "one-row products over one large matrix", graph=True)
+    assert "many small kernels" in replay and "Python" not in replay and "launches" not in replay
     # the same step replayed as a CUDA graph, faster than those calls allow: the graph, not only drift
     graph = R.step_shortfall(13.28 * GB, 7.13e-3, 1451.7 * GB, per_call=h200)
     assert "took less than that: it paid less of that per-call cost (a CUDA graph" in graph
