@@ -554,8 +554,10 @@ class Ceilings:
             lines.append("est.: from the path's fixed cost a call and its 4096-row rate, not timed alone")
         calls = [(n, lc) for n in self.matvec if call_bound(lc := self.layer_call(n))]
         if calls:   # a GPU's launches one at a time: the 4096-row rates measure calls, not memory
-            lines.append("4096-row layers: rates set by each call's fixed cost more than by memory")
-            lines += [f"  {n}: {lc[0] * 1e6:.1f} µs a call, {lc[1] * 1e6:.1f} µs of it fixed" for n, lc in calls]
+            lines.append("4096-row layers: rates set by each call's fixed cost more than by memory (a call on\n"
+                         "  a small weight takes nearly as long: dispatch and launch, overlapping the kernel)")
+            lines += [f"  {n}: a 4096-row call {lc[0] * 1e6:.1f} µs, a small weight's {lc[1] * 1e6:.1f} µs"
+                      for n, lc in calls]
         moved = [(n, self.matvec_layer[n][p], self.layer_bw(n)) for n in self.matvec if self.matvec_layer.get(n)
                  and (p := self.matvec_path(n)) in self.matvec_layer[n]
                  and abs(self.matvec_layer[n][p] / self.layer_bw(n) - 1) > 0.15]

@@ -133,7 +133,7 @@ def test_the_decoders_path_follows_layer_sized_matrices_not_the_ceiling():
     # where the fixed cost is most of such a call (a GPU's launches), the one-matrix rate stands in
     gpu = replace(c, matvec_call={"bf16": {"mv": 30e-6, "mulsum": 2e-5}})
     assert gpu.matvec_costs("bf16")["mv"] == (30e-6, 2.8e12)
-    assert "rates set by each call's fixed cost" in gpu.table() and "bf16: 37.7 µs a call, 30.0 µs of it fixed" \
+    assert "rates set by each call's fixed cost" in gpu.table() and "bf16: a 4096-row call 37.7 µs, a small weight's 30.0 µs" \
         in gpu.table()
     assert "fixed cost more than" not in c.table()        # 5 of 37.7 us: a rate set by memory
     assert hw.call_bound((40e-6, 20e-6)) and not hw.call_bound((40e-6, 19e-6)) and not hw.call_bound(None)
