@@ -282,10 +282,14 @@ def measure_decode_step(model, batch: int, context: int, *, warmup: int = 3, rep
     return time_fn(step, device=model.device, warmup=warmup, repeats=repeats)
 
 
-def measure_decode_steps(model, batches: Sequence[int], context: int, *, warmup: int = 1, rounds: int = 3) -> list:
+def measure_decode_steps(model, batches: Sequence[int], context: int, *, warmup: int = 1, rounds: int = 3,
+                         read_bytes: int = 0) -> list:
     """Time one decode step of the book's decoder at each batch size, in turn (`book.timing.time_in_turn`: one step
     of each batch per round, so a machine whose speed drifts slows every batch alike instead of the last ones), from
-    one random cache sized for the largest batch; one Timing per batch, in order (chapters 02 and 04)."""
+    one random cache sized for the largest batch; one Timing per batch, in order. `read_bytes`: also time a `sum`
+    over a tensor of that many bytes in the same rounds, its Timing last, so the read bandwidth beside the steps
+    can be set beside the ceilings' (chapters 02 and 04)."""
+    from .hardware import random_tensor
     from .timing import time_in_turn
     batches = [_count("batch", b) for b in batches]
     context = _count("context", context, 0)
@@ -294,9 +298,12 @@ def measure_decode_steps(model, batches: Sequence[int], context: int, *, warmup:
     top = max(batches)
     model.setup_cache(top, context + 1)
     model.cache.fill_random(top, context)
-    ts = time_in_turn({b: decode_step_fn(model, context, b) for b in dict.fromkeys(batches)}, device=model.device,
-                      warmup=warmup, rounds=rounds)
-    return [ts[b] for b in batches]
+    fns: dict = {b: decode_step_fn(model, context, b) for b in dict.fromkeys(batches)}
+    if read_bytes > 0:
+        probe = random_tensor(max(1, read_bytes // 4), device=model.device)
+        fns["read"] = probe.sum
+    ts = time_in_turn(fns, device=model.device, warmup=warmup, rounds=rounds)
+    return [ts[b] for b in batches] + ([ts["read"]] if read_bytes > 0 else [])
 
 
 def decode_step_fn(model, context: int, batch: int):

@@ -149,6 +149,8 @@ def test_decode_steps_at_several_batches_are_timed_in_turn_from_one_cache():
     assert [len(t.times) for t in ts] == [2, 2, 2] and all(t.median > 0 for t in ts)
     assert model.cache.batch == 4 and model.cache.max_len == 21       # one cache, for the largest batch
     assert model.cache.lengths.tolist() == [21, 21]                     # the last call: batch 2, one step past 20
+    *steps, read = R.measure_decode_steps(model, [1, 2], context=20, rounds=3, read_bytes=2**20)  # sum beside
+    assert len(steps) == 2 and len(read.times) == 3 and read.median > 0
     with pytest.raises(ValueError, match="batch"):
         R.measure_decode_steps(model, [0, 2], context=5)
     with pytest.raises(ValueError, match="at least one"):
