@@ -62,8 +62,11 @@ def mulsum(w: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         _COMPILED.append(torch.compile(_mulsum_eager, dynamic=True))
     # detach: torch.compile keeps an nn.Parameter's sizes static, so a model's weights (a few shapes, each dtype)
     # would each compile anew, and past torch._dynamo's recompile limit run the eager product, which materialises
-    # w * x, a temporary as large as the weight. A plain tensor gets symbolic sizes like any input.
-    return _COMPILED[0](w.detach(), x)
+    # w * x, a temporary as large as the weight. A plain tensor gets symbolic sizes like any input. The vector too:
+    # a view (a row of the decoder's activations) is guarded on its base's sizes and strides, which differ between
+    # callers; and the product always runs without autograd, whose on/off state is guarded too (each cost a graph).
+    with torch.no_grad():
+        return _COMPILED[0](w.detach(), x.detach())
 
 
 def _read_env() -> str | None:
@@ -381,9 +384,10 @@ def blocked_linear(x: torch.Tensor, wb: torch.Tensor) -> torch.Tensor:
             y = _blocked_eager(wb, xv)
         else:
             try:
-                if not _BLOCKED:
-                    _BLOCKED.append(torch.compile(_blocked_eager, dynamic=None))
-                y = _BLOCKED[0](wb.detach(), xv)
+                if not _BLOCKED:     # symbolic sizes, detached inputs, no autograd: as `mulsum`, few graphs
+                    _BLOCKED.append(torch.compile(_blocked_eager, dynamic=True))
+                with torch.no_grad():
+                    y = _BLOCKED[0](wb.detach(), xv.detach())
             except Exception as e:   # noqa: BLE001 - the compiled product failed here: the same sum in eager
                 _BLOCKED[:] = [_blocked_eager]
                 print(f"note: the compiled blocked product failed ({type(e).__name__}); using eager PyTorch",

@@ -116,6 +116,11 @@ def test_mulsum_compiles_each_precision_once_per_row_length_whatever_shape_it_me
         for dtype in (torch.float32, torch.bfloat16, torch.float16):
             w, x = torch.randn(rows, k).to(dtype), torch.randn(k).to(dtype)
             torch.testing.assert_close(K.mulsum(w, x).float(), (w.float() @ x.float()), rtol=2e-2, atol=2e-1)
+            # then as a decoder calls it: the vector a view of a batch's activations, with autograd on and off
+            acts = torch.randn(2, 3, k).to(dtype)
+            with torch.no_grad():
+                K.mulsum(w, acts[1, 2])
+            K.mulsum(w, acts[0, 1])
     assert counters["stats"]["unique_graphs"] <= 6          # each precision: rows up to 4096 long, and longer
 
 
