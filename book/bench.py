@@ -114,7 +114,8 @@ def bench_decode(model: str = "Llama-2-7B", *, layers: int | None = None, dtype:
     mv_path, mv_used = one_row_paths(book)
     tested = bw_bytes or c.bytes_tested
     out(f"ceilings (measured once, {c.bytes_tested / 2**20:,.0f} MiB): read {read_bw / GB:.1f} GB/s "
-        f"(range {c.spread('read'):.0%}), copy {copy_bw / GB:.1f} GB/s; matrix-vector ceiling {dtype} "
+        f"({c.read_kernel}, range {c.spread(c.read_samples):.0%}), copy {copy_bw / GB:.1f} GB/s; matrix-vector "
+        f"ceiling {dtype} "
         f"{matvec_bw / GB:.1f} GB/s")
     layer_rates = c.matvec_layer.get(dtype) or c.matvec[dtype]
     out(f"one row of {dtype}: {kernels.describe(dev, DTYPE_NAMES[dtype], layer_rates)}")
@@ -202,12 +203,19 @@ def bench_decode(model: str = "Llama-2-7B", *, layers: int | None = None, dtype:
         f"{statistics.median(mv_samples) / GB:.1f} GB/s; read bandwidth (the faster of the two, as in the "
         f"ceilings) median {bw / GB:.1f} GB/s (range {min(read_samples) / GB:.1f}-{max(read_samples) / GB:.1f}); "
         f"MBU = bytes / step time / the read sample beside that step (median over steps); 'of the matrix-vector "
-        f"ceiling' uses the matrix-vector sample alone")
+        f"sample' divides by the product's sample alone")
+    drift = bw / read_bw - 1        # one call each beside a step, against the ceilings' medians
+    if abs(drift) > max(0.1, c.spread(c.read_samples)):
+        out(f"the memory read {abs(drift):.0%} {'faster' if drift > 0 else 'slower'} beside the steps (one call of "
+            f"each, unwarmed) than the ceilings' read bandwidth (medians of warmed samples, range "
+            f"{c.spread(c.read_samples):.0%}): against the ceiling the book's MBU would be "
+            f"{nbytes / tb.median / read_bw:.2f}")
 
     def line(name: str, t: Timing, mbu: float, mbu_mv: float) -> str:
         return (f"{name}: median {format_seconds(t.median)}, IQR {format_seconds(t.iqr)} (spread {t.spread:.1%}), "
                 f"{batch / t.median:.2f} tokens/s, {nbytes / t.median / GB:.1f} GB/s, MBU {mbu:.2f}, "
-                f"{mbu_mv:.2f} of the matrix-vector ceiling; time beyond its bytes at the sampled read bandwidth "
+                f"{mbu_mv:.2f} of the matrix-vector sample beside it; time beyond its bytes at the sampled read "
+                f"bandwidth "
                 f"{format_seconds(max(0.0, t.median - nbytes / bw))}")
 
     out(line("book decode step", tb, mbu_book, mbu_mv))

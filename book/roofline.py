@@ -342,6 +342,33 @@ def measure_extend(model, tokens: int, batch: int, context: int, *, warmup: int 
     return time_fn(run, device=model.device, warmup=warmup, repeats=repeats)
 
 
+def measure_extends(model, shapes: Sequence[tuple[int, int]], context: int, *, warmup: int = 1,
+                    rounds: int = 3) -> dict:
+    """Time one pass over `tokens` new tokens for each of `batch` sequences at `context` cached tokens, for every
+    (batch, tokens) in `shapes`, in turn (`book.timing.time_in_turn`: every shape warmed up first, then one pass of
+    each per round, so neither the first shape timed nor a drifting machine weighs on one shape alone), from one
+    random cache sized for the largest; {(batch, tokens): Timing} (chapter 05)."""
+    from .timing import time_in_turn
+    shapes = [(_count("batch", b), _count("tokens", k)) for b, k in shapes]
+    context = _count("context", context, 0)
+    if not shapes:
+        raise ValueError("need at least one (batch, tokens) shape")
+    top, longest = max(b for b, _ in shapes), max(k for _, k in shapes)
+    model.setup_cache(top, context + longest)
+    model.cache.fill_random(top, context)
+
+    def run_fn(batch: int, tokens: int):
+        x = torch.randint(0, model.arch.vocab, (batch, tokens), device=model.device)
+
+        def run():
+            model.cache.reset(batch)        # the first `batch` sequences, each back at `context`
+            model.cache.seek(context)
+            return model.extend(x)
+        return run
+    return time_in_turn({s: run_fn(*s) for s in dict.fromkeys(shapes)}, device=model.device, warmup=warmup,
+                        rounds=rounds)
+
+
 def linear_sweep(batches: list[int], d_in: int, d_out: int, dtype: str = "bf16", device=None, *,
                  repeats: int = 3) -> list[dict]:
     """Time y = x W^T for a [d_out, d_in] weight at each batch size, through the decoder's own product

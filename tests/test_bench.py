@@ -31,7 +31,7 @@ def test_decode_prints_every_figure_and_a_summary_last(capsys):
     text = "\n".join(lines)
     for needle in ("bytes read per step", "ceilings (measured once", "matrix-vector ceiling", "one row of ",
                    "decode path: eager PyTorch", "sampled beside every step", "book decode step",
-                   "HF   generate step", "MBU", "of the matrix-vector ceiling", "book/HF tokens/s",
+                   "HF   generate step", "MBU", "of the matrix-vector sample beside it", "book/HF tokens/s",
                    "greedy tokens equal for the first 4 of 4"):
         assert needle in text, needle
     last = lines[-1]

@@ -143,6 +143,16 @@ def test_decode_step_timing_at_a_given_context_with_a_random_cache():
         R.measure_decode_step(model, batch=1, context=-1)
 
 
+def test_passes_of_several_shapes_are_timed_in_turn_from_one_cache():
+    model = _tiny_llama()
+    ts = R.measure_extends(model, [(1, 1), (2, 5), (1, 5)], context=20, rounds=2)
+    assert set(ts) == {(1, 1), (2, 5), (1, 5)} and all(len(t.times) == 2 and t.median > 0 for t in ts.values())
+    assert model.cache.batch == 2 and model.cache.max_len == 25        # one cache, for the largest of each
+    assert model.cache.lengths.tolist() == [25]                         # the last pass: batch 1, 5 tokens past 20
+    with pytest.raises(ValueError, match="shape"):
+        R.measure_extends(model, [], context=5)
+
+
 def test_decode_steps_at_several_batches_are_timed_in_turn_from_one_cache():
     model = _tiny_llama()
     ts = R.measure_decode_steps(model, [1, 4, 2], context=20, warmup=1, rounds=2)
