@@ -204,8 +204,8 @@ def bench_decode(model: str = "Llama-2-7B", *, layers: int | None = None, dtype:
         f"ceilings) median {bw / GB:.1f} GB/s (range {min(read_samples) / GB:.1f}-{max(read_samples) / GB:.1f}); "
         f"MBU = bytes / step time / the read sample beside that step (median over steps); 'of the matrix-vector "
         f"sample' divides by the product's sample alone")
-    drift = bw / read_bw - 1        # one call each beside a step, against the ceilings' medians
-    if abs(drift) > max(0.1, c.spread(c.read_samples)):
+    drift = c.moved(bw, c.read_samples)     # one call each beside a step, against the ceilings' medians
+    if drift is not None:
         out(f"the memory read {abs(drift):.0%} {'faster' if drift > 0 else 'slower'} beside the steps (one call of "
             f"each, unwarmed) than the ceilings' read bandwidth (medians of warmed samples, range "
             f"{c.spread(c.read_samples):.0%}): against the ceiling the book's MBU would be "

@@ -327,6 +327,15 @@ class Ceilings:
         matrix-vector product read faster (chapter 00)."""
         return "read" if self.read_kernel == "sum" else f"matvec {self.read_kernel.split()[1].rstrip(',')}"
 
+    def moved(self, rate: float, samples: str = "read", floor: float = 0.1) -> float | None:
+        """`rate` (bytes/s, sampled later beside some work) over the median of the ceiling's `samples`, minus one,
+        where that moves beyond the samples' own range (and beyond `floor`); else None: the machine moved since
+        the ceilings were measured (chapters 02 and 04)."""
+        xs = self.samples.get(samples)
+        base = statistics.median(xs) if xs else self.read_bw
+        drift = rate / base - 1
+        return drift if abs(drift) > max(floor, self.spread(samples)) else None
+
     @property
     def decode_bw(self) -> float:
         """The bandwidth every decode MBU in the book is measured against: the read bandwidth (chapter 00)."""

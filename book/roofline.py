@@ -289,7 +289,7 @@ def measure_decode_steps(model, batches: Sequence[int], context: int, *, warmup:
     one random cache sized for the largest batch; one Timing per batch, in order. `read_bytes`: also time a `sum`
     over a tensor of that many bytes in the same rounds, its Timing last, so the read bandwidth beside the steps
     can be set beside the ceilings' (chapters 02 and 04)."""
-    from .hardware import random_tensor
+    from .hardware import _random_tensor
     from .timing import time_in_turn
     batches = [_count("batch", b) for b in batches]
     context = _count("context", context, 0)
@@ -300,8 +300,7 @@ def measure_decode_steps(model, batches: Sequence[int], context: int, *, warmup:
     model.cache.fill_random(top, context)
     fns: dict = {b: decode_step_fn(model, context, b) for b in dict.fromkeys(batches)}
     if read_bytes > 0:
-        probe = random_tensor(max(1, read_bytes // 4), device=model.device)
-        fns["read"] = probe.sum
+        fns["read"] = _random_tensor(read_bytes, model.device).sum
     ts = time_in_turn(fns, device=model.device, warmup=warmup, rounds=rounds)
     return [ts[b] for b in batches] + ([ts["read"]] if read_bytes > 0 else [])
 
@@ -316,12 +315,16 @@ def decode_step_fn(model, context: int, batch: int):
         raise ValueError(f"a step of {batch} sequences at context {context} needs a cache of at least that batch "
                          f"and {context + 1} positions: call setup_cache and cache.fill_random first")
     tokens = torch.randint(0, model.arch.vocab, (batch,), device=model.device)
+    return _at_context(model, context, batch, lambda: model.decode_step(tokens))
 
-    def step():
-        model.cache.reset(batch)           # the first `batch` sequences, each back at `context`
+
+def _at_context(model, context: int, batch: int, call):
+    """`call` as a function to time, after setting the first `batch` sequences of the cache back at `context`."""
+    def run():
+        model.cache.reset(batch)
         model.cache.seek(context)
-        return model.decode_step(tokens)
-    return step
+        return call()
+    return run
 
 
 def measure_extend(model, tokens: int, batch: int, context: int, *, warmup: int = 2, repeats: int = 5):
@@ -359,12 +362,7 @@ def measure_extends(model, shapes: Sequence[tuple[int, int]], context: int, *, w
 
     def run_fn(batch: int, tokens: int):
         x = torch.randint(0, model.arch.vocab, (batch, tokens), device=model.device)
-
-        def run():
-            model.cache.reset(batch)        # the first `batch` sequences, each back at `context`
-            model.cache.seek(context)
-            return model.extend(x)
-        return run
+        return _at_context(model, context, batch, lambda: model.extend(x))
     return time_in_turn({s: run_fn(*s) for s in dict.fromkeys(shapes)}, device=model.device, warmup=warmup,
                         rounds=rounds)
 

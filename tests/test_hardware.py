@@ -297,3 +297,10 @@ def test_the_table_says_when_sum_reads_far_below_a_matrix_vector_product_of_the_
     assert "20% (3)" in far.table().splitlines()[1]                 # the read row carries the product's range
     assert "sum read" not in ceil(40.0, 45.0).table()                 # within 1.25x: the rows say enough
     assert "sum read" not in ceil(45.0, 40.0).table() and ceil(45.0, 40.0).read_samples == "read"
+
+
+def test_a_rate_sampled_later_is_called_moved_only_beyond_the_ceilings_range():
+    c = hw.Ceilings(device="cpu-x", kind="cpu", read_bw=40e9, copy_bw=30e9, bytes_tested=1, matmul={"fp32": 1e11},
+                    matmul_sizes={"fp32": 1}, samples={"read": (38e9, 40e9, 42e9)})    # range 10%
+    assert c.moved(40e9) is None and c.moved(43.9e9) is None            # within max(10%, the range)
+    assert c.moved(30e9) == pytest.approx(-0.25) and c.moved(50e9, floor=0.3) is None
