@@ -283,7 +283,7 @@ def time_decode_step(model, context: int, *, batch: int = 1, repeats: int = 7):
 
 
 def _models_in_turn(models: Mapping[str, Any], sizes: Sequence[int], make, *, rounds: int, warmup: int, batch: int,
-                    room: int) -> dict[str, list]:
+                    room: int, read_bytes: int = 0) -> dict[str, Any]:
     from .timing import time_in_turn
     if not models or not sizes:
         raise ValueError("need at least one model and one size")
@@ -297,9 +297,16 @@ def _models_in_turn(models: Mapping[str, Any], sizes: Sequence[int], make, *, ro
             m.setup_cache(batch, max(sizes) + room)
             if room:
                 m.cache.fill_random(batch, max(sizes))
-    fns = {(name, n): make(m, n, batch) for name, m in models.items() for n in sizes}
-    ts = time_in_turn(fns, device=devs.pop(), warmup=warmup, rounds=rounds)
-    return {name: [ts[(name, n)] for n in sizes] for name in models}
+    dev = devs.pop()
+    fns: dict = {(name, n): make(m, n, batch) for name, m in models.items() for n in sizes}
+    if read_bytes > 0:
+        from .hardware import _random_tensor
+        fns["read"] = _random_tensor(read_bytes, dev).sum
+    ts = time_in_turn(fns, device=dev, warmup=warmup, rounds=rounds)
+    out: dict[str, Any] = {name: [ts[(name, n)] for n in sizes] for name in models}
+    if read_bytes > 0:
+        out["read"] = ts["read"]
+    return out
 
 
 @torch.no_grad()
@@ -327,11 +334,15 @@ def time_prefills(models: Mapping[str, Any], prompt_lens: Sequence[int], *, batc
 
 @torch.no_grad()
 def time_decode_steps(models: Mapping[str, Any], contexts: Sequence[int], *, batch: int = 1, rounds: int = 5,
-                      warmup: int = 2) -> dict[str, list]:
+                      warmup: int = 2, read_bytes: int = 0) -> dict[str, Any]:
     """One decode step of every model at every context, timed in turn, one step of each per round
     (`book.timing.time_in_turn`), so a machine whose speed drifts slows all of them alike: one Timing per context,
-    by model name (chapter 01)."""
-    return _models_in_turn(models, contexts, _decode_step_fn, rounds=rounds, warmup=warmup, batch=batch, room=1)
+    by model name; `read_bytes`: also a `sum` over a tensor of that many bytes in the same rounds, its one Timing
+    under "read", the read bandwidth beside the steps (chapter 01)."""
+    if read_bytes < 0:
+        raise ValueError(f"read_bytes must be >= 0, got {read_bytes}")
+    return _models_in_turn(models, contexts, _decode_step_fn, rounds=rounds, warmup=warmup, batch=batch, room=1,
+                           read_bytes=read_bytes)
 
 
 def kv_cache_nbytes(cache) -> int:

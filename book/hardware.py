@@ -470,10 +470,14 @@ class Ceilings:
         return blocks_pay(self.long_rows.get(dtype))
 
     def rows_bw(self, dtype: str) -> float | None:
-        """Bytes/s of `dtype`'s few-rows path (4-16 rows over 4096-row layers, as a batched step or a verification
-        pass reads them), or None where it was not measured (chapter 02)."""
+        """Bytes/s of `dtype`'s few-rows path (4 and 16 rows over 4096-row layers, as a batched step or a
+        verification pass reads them): the median of its samples taken in turn with the one-row layers (`layer_bw`),
+        else its rate when the paths were compared; None where it was not measured (chapter 02)."""
         rates = self.few_rows.get(dtype)
-        return rates[self.rows_path(dtype)] if rates else None
+        if not rates:
+            return None
+        xs = self.samples.get(f"rows {dtype}")
+        return statistics.median(xs) if xs else rates[self.rows_path(dtype)]
 
     def matvec_ceiling_path(self, dtype: str) -> str:
         """The path that set the matrix-vector ceiling (one large matrix) for `dtype` (chapter 02)."""
@@ -532,7 +536,8 @@ class Ceilings:
                              f"{long['blocks'] / GB:,.1f} GB/s", "-", "-"))
             few = self.rows_bw(name)
             if few:
-                rows.append((f"  batch 4 and 16 ({self.rows_path(name)})", f"{few / GB:,.1f} GB/s", "-", "-"))
+                rows.append((f"  batch 4 and 16 ({self.rows_path(name)})", f"{few / GB:,.1f} GB/s",
+                             spread(f"rows {name}"), "-"))
         w = max(len(r[0]) for r in rows)
         if ds:
             lines = [f"{'ceiling':<{w}}  {'measured':>15}  {'range (n)':>10}  {'datasheet':>15}"]
@@ -645,7 +650,7 @@ SUM_BELOW = 1.25
 #: without it (2: one-row products in every precision, and layers sampled in turn for the decode precision; 3: long
 #: rows, whole and as blocks; 4: the one-matrix products sampled in turn with `sum`; 5: and the 4096-row layers
 #: in the same rounds).
-CEILINGS_VERSION = 5
+CEILINGS_VERSION = 6
 
 
 def _cache_key(dev: torch.device, dtypes: list[str]) -> str:
@@ -731,9 +736,10 @@ def measured_ceilings(device: torch.device | str | None = None, *, refresh: bool
     # so a GPU holds one at a time) and its 4096-row layers, each through its chosen path.
     x = _random_tensor(nbytes, dev)
     sizes: dict[str, int] = {}
+    first: dict[str, float] = {}
     operands: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
     for name in dtypes:
-        _, sizes[name], _ = measure_matmul(name, dev, repeats=1)
+        first[name], sizes[name], _ = measure_matmul(name, dev, repeats=1)
         n = sizes[name]
         operands[name] = (torch.randn(n, n, device=dev).to(DTYPES[name]), torch.randn(n, n, device=dev).to(DTYPES[name]))
     mv_bytes = min(nbytes, 2 * 2**30)
@@ -741,8 +747,19 @@ def measured_ceilings(device: torch.device | str | None = None, *, refresh: bool
     stacks = {name: (kernels.weight_stack(min(nbytes, 2**30), 4096, 4096, dev, DTYPES[name]),
                      torch.randn(4096, device=dev).to(DTYPES[name]), max(layer[name], key=layer[name].get))
               for name in ways if layer.get(name)}
+    # A few rows (a batched step, a verification pass) over the same layers, 4 and 16 rows, through the few-rows
+    # path measured fastest: left out for a precision whose matmul is a slow fallback by a first product (a few rows
+    # are matmul work), and sampled in the same rounds, so their rate over one row's is one moment's
+    few_rows: dict[str, dict[str, float]] = {}
+    row_xs: dict[str, tuple[list[torch.Tensor], str]] = {}
+    for name in stacks:
+        if name not in ("bf16", "fp16") or first.get(name, 0.0) >= FALLBACK_BELOW_FP32 * first.get("fp32", 0.0):
+            few_rows[name] = kernels.measure_rows(dev, DTYPES[name], nbytes=min(nbytes, 2**30))
+            row_xs[name] = ([torch.randn(r, 4096, device=dev).to(DTYPES[name]) for r in kernels.ROWS_SAMPLED],
+                            max(few_rows[name], key=few_rows[name].get))
     samples: dict[str, list[float]] = {"read": [], "copy": [], **{f"matmul {d}": [] for d in dtypes},
-                                       **{f"matvec {d}": [] for d in ways}, **{f"layers {d}": [] for d in stacks}}
+                                       **{f"matvec {d}": [] for d in ways}, **{f"layers {d}": [] for d in stacks},
+                                       **{f"rows {d}": [] for d in row_xs}}
     allow = torch.backends.cuda.matmul.allow_tf32
     try:
         for _ in range(rounds):
@@ -759,6 +776,11 @@ def measured_ceilings(device: torch.device | str | None = None, *, refresh: bool
                 t = time_fn(lambda: [kernels.matvec(w, v, way) for w in ws], device=dev, warmup=1, repeats=3,
                             number=None)
                 samples[f"layers {name}"].append(sum(w.nbytes for w in ws) / t.median)
+                if name in row_xs:
+                    xs, way_rows = row_xs[name]
+                    t = time_fn(lambda: [kernels.few_rows(w, r, way_rows) for r in xs for w in ws], device=dev,
+                                warmup=1, repeats=3, number=None)
+                    samples[f"rows {name}"].append(len(xs) * sum(w.nbytes for w in ws) / t.median)
             for name in dtypes:
                 a, b = operands[name]
                 torch.backends.cuda.matmul.allow_tf32 = name == "tf32"
@@ -766,7 +788,7 @@ def measured_ceilings(device: torch.device | str | None = None, *, refresh: bool
                 samples[f"matmul {name}"].append(2 * sizes[name] ** 3 / t.median)
     finally:
         torch.backends.cuda.matmul.allow_tf32 = allow
-    del x, operands, stacks
+    del x, operands, stacks, row_xs
     rates = {name: statistics.median(samples[f"matmul {name}"]) for name in dtypes}
     name = device_name(dev)
     c = Ceilings(device=name, kind=dev.type, read_bw=statistics.median(samples["read"]), copy_bw=statistics.median(samples["copy"]),
@@ -774,15 +796,12 @@ def measured_ceilings(device: torch.device | str | None = None, *, refresh: bool
                  datasheet=datasheet_for(name) if dev.type == "cuda" else None,
                  samples={k: tuple(v) for k, v in samples.items()}, matvec=matvec, matvec_failed=failed,
                  matvec_layer=layer, measured_at=datetime.now().strftime("%Y-%m-%d %H:%M"))
-    few, call = {}, {}
+    call = {}
     for name in matvec:
         # the fixed cost a call, on small weights, so a small model's layers take the path quickest for them
         call[name] = kernels.measure_call_cost(tuple(layer[name]), dev, DTYPES[name])
-        # and a few rows (a batched step, a verification pass) on layers of 4096 x 4096, read in turn; left out
-        # for a slow-fallback precision, since a few rows are matmul work
-        if name not in c.fallbacks:
-            few[name] = kernels.measure_rows(dev, DTYPES[name], nbytes=min(nbytes, 2**30))
-    c = replace(c, few_rows=few, matvec_call=call)
+    # the few-rows rates, where the precision's matmul is not a slow fallback by the final rates either
+    c = replace(c, few_rows={k: v for k, v in few_rows.items() if k not in c.fallbacks}, matvec_call=call)
     for name in matvec:
         kernels.set_matvec_costs(dev, DTYPES[name], c.matvec_costs(name))
     # and rows longer than 4096 elements, whole against stored as blocks of their columns (a CPU only), through the

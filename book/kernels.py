@@ -189,6 +189,10 @@ def set_rows_path(device: torch.device | str, dtype: torch.dtype, path: str) -> 
     _ROWS_CHOICE[(torch.device(device).type, dtype)] = path
 
 
+# The row counts a few-rows rate is measured over (a batched step, a verification pass), chapter 02.
+ROWS_SAMPLED = (4, 16)
+
+
 def few_rows(w: torch.Tensor, x: torch.Tensor, path: str) -> torch.Tensor:
     """x [R, K] @ w [N, K].T -> [R, N] (contiguous) by the named path (chapter 02)."""
     if path == "wx":

@@ -119,6 +119,10 @@ def test_prefills_and_decode_steps_timed_in_turn_for_both_decoders(model):
         model.cache.seek(21)
     with pytest.raises(ValueError, match="positive whole"):
         D.time_decode_steps({"book": model}, [0, 4])
+    with pytest.raises(ValueError, match="read_bytes"):
+        D.time_decode_steps({"book": model}, [4], read_bytes=-1)
+    probe = D.time_decode_steps({"book": model}, [4, 8], rounds=2, warmup=1, read_bytes=1 << 20)
+    assert len(probe["book"]) == 2 and len(probe["read"].times) == 2      # the sum, timed in the same rounds
     with pytest.raises(ValueError, match="at least one"):
         D.time_prefills({}, [4])
 

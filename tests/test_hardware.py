@@ -92,6 +92,8 @@ def test_measured_ceilings_are_cached_in_memory_and_in_the_build_file(monkeypatc
     few = c1.few_rows["fp32"]            # and the few-rows path, the same way
     assert set(few) == set(K.ROW_PATHS) and c1.rows_path("fp32") == max(few, key=few.get)
     assert K.rows_path("cpu", torch.float32) == c1.rows_path("fp32")
+    rows = c1.samples["rows fp32"]       # sampled in the same rounds as the one-row layers, its rate their median
+    assert len(rows) == len(c1.samples["layers fp32"]) == 3 and c1.rows_bw("fp32") == statistics.median(rows)
     K.set_rows_path("cpu", torch.float32, "linear" if c1.rows_path("fp32") == "wx" else "wx")
     hw._CEILINGS.clear()                                     # a new kernel of the same build reads the file
     c2 = hw.measured_ceilings("cpu", dtypes=["fp32"])
