@@ -57,10 +57,11 @@ def set_online(online: bool) -> None:
 
 
 def setup(seed: int = 0, *, online: bool | None = None, device: str | None = None, measure: bool = True,
-          verbose: bool = True) -> torch.device:
+          verbose: bool = True, table: bool = True) -> torch.device:
     """Seed everything, pick the device, go offline unless asked, and print a device summary (chapter 00).
 
-    `online=None` reads $BOOK_ONLINE. `measure=True` also measures the device's ceilings (cached per kernel).
+    `online=None` reads $BOOK_ONLINE. `measure=True` also measures the device's ceilings (cached per kernel), and
+    prints their table where `table` (chapter 00 prints it under its own explanation instead).
     """
     from . import plots, reference
     seed_everything(seed)
@@ -87,6 +88,8 @@ def setup(seed: int = 0, *, online: bool | None = None, device: str | None = Non
     if dev.type == "cpu":
         print(COLAB_GPU_HINT)
     if measure:
-        print()
-        print(hardware.measured_ceilings(dev).table())
+        c = hardware.measured_ceilings(dev)
+        if table:
+            print()
+            print(c.table())
     return dev

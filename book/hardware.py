@@ -507,12 +507,12 @@ class Ceilings:
                  f"{ds.bandwidth_gbs:,.0f} GB/s" if ds else "-"),
                 ("copy bandwidth (read+write)", f"{self.copy_bw / GB:,.1f} GB/s", spread("copy"),
                  f"{ds.bandwidth_gbs:,.0f} GB/s" if ds else "-")]
+        if self.read_kernel != "sum":    # sum's own rate, under the read bandwidth a product set
+            rows.insert(1, ("read bandwidth (sum)", f"{self.read_sum_bw / GB:,.1f} GB/s", spread("read"), "-"))
         for name in self.matmul:         # one unit for every matmul row (matmul_text)
             sheet = f"{ds.tflops[name]:,.1f} TFLOP/s" if ds and name in ds.tflops else "-"
             label = f"matmul {name} (n={self.matmul_sizes[name]})" + (" *" if name in self.fallbacks else "")
             rows.append((label, self.matmul_text(name), spread(f"matmul {name}"), sheet))
-        if self.read_kernel != "sum":
-            rows.append(("read bandwidth (sum)", f"{self.read_sum_bw / GB:,.1f} GB/s", spread("read"), "-"))
         chosen = {self.fastest(tuple(self.matvec)), self.decode_dtype()} if self.matvec else set()
         for name in self.matvec:
             rows.append((f"matrix-vector {name} ({self.matvec_ceiling_path(name)})",
@@ -557,12 +557,13 @@ class Ceilings:
                          f"memory delivers at least\n  the product's rate, so that is the read bandwidth")
         if len(self.matvec) > 1:
             lines.append(self.decode_text(narrow=True))
-        blocked = [n for n in self.long_rows if self.row_blocks(n)]
+        blocked = [f"{n} ({r['blocks'] / r['whole']:.2f}x)" for n, r in self.long_rows.items() if self.row_blocks(n)]
         if self.long_rows:
             from .kernels import LONG_ROWS
             lines.append(f"rows of {LONG_ROWS[1]}: one-row products over [{LONG_ROWS[0]}, {LONG_ROWS[1]}] weights, "
                          f"rows whole\n  or as blocks of their columns; the decoder stores rows longer than 4096 "
-                         f"as blocks\n  " + (f"in {', '.join(blocked)}, where blocks measured faster" if blocked
+                         f"as blocks\n  " + (f"in {', '.join(blocked)},\n  where blocks streamed faster than whole "
+                                             "rows (by the factor shown)" if blocked
                                              else "in no precision here (blocks were not faster)"))
         if any(r[0].endswith(", est.)") for r in rows):
             lines.append("est.: from the path's fixed cost a call and its 4096-row rate, not timed alone")

@@ -3,6 +3,7 @@ what it would have produced itself; and the acceptance rate alpha that decides h
 from __future__ import annotations
 
 import math
+import statistics
 import time
 from dataclasses import dataclass, field
 from typing import Sequence
@@ -76,14 +77,15 @@ def acceptance_rates(target, draft, batches: torch.Tensor | Sequence[torch.Tenso
     greedy: the share of positions where both models' most likely next token is the same, which is the chance a
     drafted token survives greedy verification. At temperature T, sum_x min(p_T(x), q_T(x)), the chance that
     speculative sampling accepts a token drawn from the draft (Leviathan et al., 2023). `skip` ignores the first
-    positions of each row (for example a prompt).
+    positions of each row (for example a prompt). "greedy_rows": the greedy share of each row, and "greedy_se" the
+    standard error of their mean (rows are the independent samples; positions within a row are not).
     """
     if isinstance(batches, torch.Tensor):
         batches = [batches[i:i + batch_size] for i in range(0, len(batches), batch_size)]
     if any(t <= 0 for t in temperatures):
         raise ValueError(f"temperatures must be positive, got {list(temperatures)}; greedy is reported anyway")
     device = next(target.parameters()).device
-    agree, total = 0, 0
+    agree, total, rows = 0, 0, []
     mass = {float(t): 0.0 for t in temperatures}
     for x in batches:
         if x.dim() != 2 or x.shape[1] <= skip:
@@ -93,11 +95,15 @@ def acceptance_rates(target, draft, batches: torch.Tensor | Sequence[torch.Tenso
         q = q.to(p.device)
         if p.shape != q.shape:
             raise ValueError(f"target and draft disagree on the vocabulary: {tuple(p.shape)} vs {tuple(q.shape)}")
-        agree += int((p.argmax(-1) == q.argmax(-1)).sum())
+        same = p.argmax(-1) == q.argmax(-1)
+        agree += int(same.sum())
+        rows += same.float().mean(-1).tolist()
         total += p.shape[0] * p.shape[1]
         for t in mass:
             mass[t] += float(torch.minimum(torch.softmax(p / t, -1), torch.softmax(q / t, -1)).sum())
-    return {"greedy": agree / total, "sampled": {t: m / total for t, m in mass.items()}, "positions": total}
+    se = statistics.stdev(rows) / math.sqrt(len(rows)) if len(rows) > 1 else float("nan")
+    return {"greedy": agree / total, "sampled": {t: m / total for t, m in mass.items()}, "positions": total,
+            "greedy_rows": rows, "greedy_se": se}
 
 
 # ------------------------------------------------------------------------------------------------ chapter 05

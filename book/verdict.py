@@ -116,13 +116,14 @@ def _printed(s: str) -> float:
 
 def compare(measured: float, predicted: float, *, what: str, unit: str = "", tol: float = 0.15,
             spread: float | None = None, above: str = "", below: str = "", against: str = "predicted",
-            tol_name: str = "", digits: int = 3) -> Verdict:
+            tol_name: str = "", digits: int = 3, measured_name: str = "measured") -> Verdict:
     """Measured against predicted: 'agrees' within `tol` (relative), else 'above' or 'below', each followed by the
     known reason the caller gives for that direction; 'noisy' when the measurement's relative `spread` (e.g. IQR /
     median) is larger than both `tol` and the gap, so the data cannot tell. `against` names the reference when it
     is not a prediction (e.g. "the median"); `tol_name` says where the tolerance comes from when the page prints it
     elsewhere (e.g. "the read samples' range in the table"); `digits`: at least this many significant figures, as
-    the table beside it prints (chapter 00)."""
+    the table beside it prints; `measured_name` names a value derived from a measurement (e.g. "scaled")
+    (chapter 00)."""
     m, p, tol = _num(measured, "measured"), _num(predicted, "predicted"), _num(tol, "tol")
     if p <= 0 or m < 0 or tol <= 0 or not isinstance(digits, int) or digits < 1:
         raise ValueError(f"need predicted > 0, measured >= 0, tol > 0, digits >= 1; got {predicted}, {measured}, "
@@ -132,7 +133,7 @@ def compare(measured: float, predicted: float, *, what: str, unit: str = "", tol
     vals = {"measured": m, "predicted": p, "ratio": r}
     ref = "the prediction" if against == "predicted" else against
     sm, sp = _fmt_pair(m, p, unit, digits)
-    head = f"{what}: measured {sm}, {against} {sp}, a ratio of {_ratio(r)}"
+    head = f"{what}: {measured_name} {sm}, {against} {sp}, a ratio of {_ratio(r)}"
     if spread is not None and _num(spread, "spread") > max(tol, gap):
         return Verdict(f"{head}; the run-to-run spread ({spread:.0%}) is larger than the gap, so this run "
                        f"cannot tell whether they agree.", "noisy", vals)

@@ -43,6 +43,17 @@ def test_setup_is_offline_seeded_and_prints(capsys, monkeypatch):
     assert torch.equal(a, torch.rand(3))        # same seed, same numbers
 
 
+def test_setup_prints_the_ceilings_table_unless_asked_not_to(monkeypatch, capsys):
+    monkeypatch.setenv("BOOK_DEVICE", "cpu")
+    measured = []
+    fake = type("C", (), {"table": lambda self: "THE CEILINGS TABLE"})()
+    monkeypatch.setattr(book.hardware, "measured_ceilings", lambda dev: measured.append(dev) or fake)
+    book.setup(measure=True)
+    assert "THE CEILINGS TABLE" in capsys.readouterr().out
+    book.setup(measure=True, table=False)            # chapter 00 prints it under its own explanation
+    assert "THE CEILINGS TABLE" not in capsys.readouterr().out and len(measured) == 2
+
+
 def test_setup_online_opt_in(monkeypatch, capsys):
     monkeypatch.setenv("BOOK_DEVICE", "cpu")
     book.setup(online=True, measure=False)

@@ -149,7 +149,7 @@ def test_the_decoders_path_follows_layer_sized_matrices_not_the_ceiling():
     assert not c.row_blocks("bf16") and "rows of 11008" not in c.table()      # long rows not measured: whole
     long = replace(c, long_rows={"bf16": {"whole": 20e9, "blocks": 40e9}})
     assert long.row_blocks("bf16") and "rows of 11008 in blocks of 2752" in long.table()
-    assert "as blocks\n  in bf16, where blocks measured faster" in long.table()
+    assert "as blocks\n  in bf16 (2.00x),\n  where blocks streamed faster" in long.table()
     assert hw.Ceilings.from_json(long.to_json()).long_rows == long.long_rows
     assert not replace(c, long_rows={"bf16": {"whole": 20e9, "blocks": 21e9}}).row_blocks("bf16")
     moved = replace(c, samples={**c.samples, "layers bf16": (0.6e12, 0.62e12, 0.61e12)})

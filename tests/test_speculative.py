@@ -66,11 +66,22 @@ def test_acceptance_identical_models_accept_everything():
     assert all(abs(v - 1.0) < 1e-5 for v in a["sampled"].values())
 
 
+def test_acceptance_greedy_share_per_row_and_its_standard_error():
+    t = torch.eye(4) * 5                      # the target's top token after token i is i
+    d = t.clone()
+    d[2:] = torch.eye(4)[[3, 2]] * 5          # the draft agrees after tokens 0 and 1 only
+    x = torch.tensor([[0, 1, 0, 1], [2, 3, 2, 3]])
+    a = speculative.acceptance_rates(_Toy(t), _Toy(d), x)
+    assert a["greedy_rows"] == [1.0, 0.0] and a["greedy"] == 0.5
+    assert a["greedy_se"] == pytest.approx(0.5)                  # stdev 0.707 over sqrt(2) rows
+
+
 def test_acceptance_sampled_is_overlap_of_distributions():
     t, d = torch.zeros(4, 4), torch.zeros(4, 4)
     t[:, 0], d[:, 1] = 50.0, 50.0          # both sure, and of different tokens
     a = speculative.acceptance_rates(_Toy(t), _Toy(d), torch.zeros(1, 3, dtype=torch.long), skip=1)
     assert a["greedy"] == 0.0 and a["positions"] == 2
+    assert a["greedy_rows"] == [0.0] and math.isnan(a["greedy_se"])       # one row: no spread to measure
     assert a["sampled"][1.0] < 1e-6
     with pytest.raises(ValueError):
         speculative.acceptance_rates(_Toy(t), _Toy(d), torch.zeros(1, 3, dtype=torch.long), temperatures=(0,))

@@ -63,6 +63,11 @@ def test_compare_can_name_a_reference_that_is_not_a_prediction():
     assert "the median 40.0 ms" in v.text and "above the median" in v.text and "predicted" not in v.text
 
 
+def test_compare_names_a_value_derived_from_a_measurement():
+    v = V.compare(8.57, 7.63, what="TTFT of the full model", unit="s", measured_name="scaled")
+    assert v.text.startswith("TTFT of the full model: scaled 8.57 s, predicted 7.63 s") and "measured" not in v.text
+
+
 def test_a_factor_of_two_below_counts_as_far_as_a_factor_of_two_above():
     assert V.compare(15.4, 31.3, what="B=1 product", spread=0.52).outcome == "below"
     assert V.compare(62.6, 31.3, what="B=1 product", spread=0.52).outcome == "above"
