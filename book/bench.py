@@ -314,11 +314,12 @@ def _gb(n: float) -> str:
 def tie_text(step: int, gap: float, diff: float) -> str:
     """Why the book's greedy tokens parted from HF's at `step`: HF's top two logits there were `gap` apart, against
     `diff`, the largest difference between the two decoders' logits after the prompt (chapter 02)."""
+    apart = "tied (0 apart)" if gap == 0 else f"{gap:.2g} apart"
     if gap <= diff:
-        return (f"  at step {step} HF's top two logits were {gap:.2g} apart, within the {diff:.2g} by which the two "
+        return (f"  at step {step} HF's top two logits were {apart}, within the {diff:.2g} (in logit units) by which the two "
                 f"decoders' logits differ after the prompt (each rounds differently): a near tie that rounding can "
                 f"flip, after which the two texts go their own ways")
-    return (f"  at step {step} HF's top two logits were {gap:.2g} apart, more than the {diff:.2g} by which the two "
+    return (f"  at step {step} HF's top two logits were {apart}, more than the {diff:.2g} by which the two "
             f"decoders' logits differ after the prompt: a difference beyond rounding, worth a look")
 
 

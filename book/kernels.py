@@ -327,7 +327,7 @@ def describe(device: torch.device | str, dtype: torch.dtype, rates: dict[str, fl
     if not rates:
         return f"{PATHS[path]}: nothing measured yet on this device (the plain default)"
     others = ", ".join(f"{p} {r / 1e9:.1f}" for p, r in sorted(rates.items(), key=lambda kv: -kv[1]))
-    line = f"{PATHS[path]}: the fastest here over 4096-row layers, measured (GB/s: {others})"
+    line = f"{PATHS[path]}: the fastest here over 4096-row layers, measured (GB/s when the paths were compared: {others})"
     costs = _COSTS.get((torch.device(device).type, dtype))
     if costs and len(costs) > 1:
         fixed = ", ".join(f"{p} {c[0] * 1e6:.0f}" for p, c in costs.items())

@@ -191,8 +191,11 @@ def bound(mbu: float, mfu: float, *, what: str = "this step", at_least: float = 
                      "per-call costs (Python, dispatch, a GPU's kernel launches)" if roof == "compute" else
                      "kernels that stream below the memory's speed, per-call costs (Python, dispatch, a GPU's "
                      "kernel launches)")
-    return Verdict(f"{what} reaches only {pu} of {against} and {pf} of the matmul rate: neither "
-                   f"roof is reached, so time goes to something else ({why}).", "neither", vals)
+    if pu == pct(at_least):                  # 49.8% is not 50%: show the digit that decides
+        pu = f"{u:.1%}"
+    return Verdict(f"{what} reaches only {pu} of {against} and {pf} of the matmul rate, both under the "
+                   f"{pct(at_least)} this book counts as bound: neither roof is reached, so time goes to something "
+                   f"else ({why}).", "neither", vals)
 
 
 def pct(x: float) -> str:

@@ -56,6 +56,7 @@ def test_a_parting_of_greedy_tokens_is_called_a_near_tie_only_within_the_decoder
     from book.bench import tie_text
     near = tie_text(28, 0.01, 0.03)
     assert "at step 28" in near and "0.01 apart, within the 0.03" in near and "near tie" in near
+    assert "tied (0 apart)" in tie_text(15, 0.0, 0.02)
     far = tie_text(5, 0.5, 0.03)
     assert "more than the 0.03" in far and "beyond rounding" in far and "near tie" not in far
 

@@ -215,3 +215,8 @@ def test_a_zigzag_inside_the_flat_band_is_flat_not_noisy():
     v = V.trend([1, 4, 16, 64], [4.22, 4.46, 4.14, 4.36], what="step", x_name="batch", unit="ms", flat=0.5)
     assert v.outcome == "flat" and "stays within 50%" in v.text
     assert V.trend([1, 4, 16, 64], [4.22, 9.0, 2.0, 4.36], what="step", x_name="batch", flat=0.5).outcome == "noisy"
+
+
+def test_bound_shows_the_digit_that_decides_near_its_threshold():
+    v = V.bound(0.498, 0.01, what="HF")
+    assert v.outcome == "neither" and "49.8%" in v.text and "under the 50% this book counts as bound" in v.text
