@@ -15,7 +15,7 @@ from .device import synchronize
 __all__ = ["logits_of", "acceptance_rates", "windows", "tail_loop", "verify", "lookup", "ModelDraft",
            "PromptLookup", "Round", "Run", "generate", "timeline", "Costs", "step_costs", "GammaPoint", "Comparison",
            "compare", "expected_tokens", "predicted_speedup", "best_gamma", "output_distribution", "tv_distance",
-           "tv_samples_needed", "tv_test"]
+           "tv_samples_needed", "pooled_tv", "tv_test"]
 
 
 def logits_of(model, tokens: torch.Tensor) -> torch.Tensor:
@@ -623,6 +623,16 @@ def tv_samples_needed(categories: int, eps: float, delta: float = 1e-3) -> int:
     return math.ceil(2 * (categories * math.log(2) + math.log(1 / delta)) / eps ** 2)
 
 
+def pooled_tv(a: torch.Tensor, p: torch.Tensor, min_mass: float) -> float:
+    """TV distance between distributions `a` and `p` over the outcomes `tv_test` tells apart: those with p at least
+    `min_mass`, the rest pooled into one 'other' category (at most the full TV distance) (chapter 05)."""
+    a, p = a.double().flatten().cpu(), p.double().flatten().cpu()
+    keep = p >= min_mass
+    pe = torch.cat([p[keep], (1 - p[keep].sum()).clamp_min(0)[None]])
+    ae = torch.cat([a[keep], (1 - a[keep].sum()).clamp_min(0)[None]])
+    return tv_distance(ae, pe)
+
+
 def tv_test(samples: Sequence[int] | torch.Tensor, p: torch.Tensor, *, eps: float, delta: float = 1e-3,
             min_mass: float | None = None) -> dict:
     """Do `samples` (token ids) come from p? Outcomes rarer than `min_mass` (default eps / 64) are pooled
@@ -632,12 +642,10 @@ def tv_test(samples: Sequence[int] | torch.Tensor, p: torch.Tensor, *, eps: floa
     p = p.double().flatten().cpu()
     if s.numel() == 0:
         raise ValueError("no samples")
-    keep = torch.nonzero(p >= (min_mass if min_mass is not None else eps / 64)).flatten()
-    k = keep.numel() + 1
+    mass = min_mass if min_mass is not None else eps / 64
+    k = int((p >= mass).sum()) + 1
     emp = torch.bincount(s, minlength=p.numel()).double() / s.numel()
-    pe = torch.cat([p[keep], (1 - p[keep].sum()).clamp_min(0)[None]])
-    ee = torch.cat([emp[keep], (1 - emp[keep].sum()).clamp_min(0)[None]])
-    d = tv_distance(ee, pe)
+    d = pooled_tv(emp, p, mass)
     need = tv_samples_needed(k, eps, delta)
     return {"tv": d, "threshold": eps / 2, "categories": k, "samples": s.numel(), "needed": need,
             "passed": d < eps / 2, "powered": s.numel() >= need}

@@ -302,3 +302,11 @@ def test_step_costs_time_every_call_in_turn_and_leave_the_context_put(pair):
     assert math.isnan(alone.draft_step)
     with pytest.raises(KeyError, match="timed: \\[2\\]"):
         alone.v(5)
+
+
+def test_pooled_tv_pools_rare_outcomes_and_never_exceeds_the_full_distance():
+    p = torch.tensor([0.5, 0.3, 0.1, 0.05, 0.05])
+    a = torch.tensor([0.5, 0.3, 0.1, 0.1, 0.0])            # differs only among the two rare outcomes
+    assert speculative.tv_distance(a, p) == pytest.approx(0.05)
+    assert speculative.pooled_tv(a, p, 0.08) == pytest.approx(0.0)           # pooled: the test cannot see it
+    assert speculative.pooled_tv(a, p, 0.01) == pytest.approx(0.05)          # nothing pooled: the full distance
