@@ -133,7 +133,8 @@ def compare(measured: float, predicted: float, *, what: str, unit: str = "", tol
     vals = {"measured": m, "predicted": p, "ratio": r}
     ref = "the prediction" if against == "predicted" else against
     sm, sp = _fmt_pair(m, p, unit, digits)
-    head = f"{what}: {measured_name} {sm}, {against} {sp}, a ratio of {_ratio(r)}"
+    rt = f"{r:.3f}" if abs(gap - tol) < 0.005 else _ratio(r)     # on the cut: the digit that decides
+    head = f"{what}: {measured_name} {sm}, {against} {sp}, a ratio of {rt}"
     if spread is not None and _num(spread, "spread") > max(tol, gap):
         return Verdict(f"{head}; the run-to-run spread ({spread:.0%}) is larger than the gap, so this run "
                        f"cannot tell whether they agree.", "noisy", vals)

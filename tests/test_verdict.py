@@ -220,3 +220,8 @@ def test_a_zigzag_inside_the_flat_band_is_flat_not_noisy():
 def test_bound_shows_the_digit_that_decides_near_its_threshold():
     v = V.bound(0.498, 0.01, what="HF")
     assert v.outcome == "neither" and "49.8%" in v.text and "under the 50% this book counts as bound" in v.text
+
+
+def test_compare_shows_the_digit_that_decides_on_its_tolerance():
+    v = V.compare(0.1915, 0.153, what="decode peak", tol=0.25)
+    assert "a ratio of 1.252" in v.text and v.outcome == "above"
