@@ -261,6 +261,12 @@ def measure_matmul(dtype: str = "fp32", device: torch.device | str | None = None
 #: a margin keeps run-to-run noise from flipping the label.)
 FALLBACK_BELOW_FP32 = 1.25
 
+
+def slow_fallbacks(matmul: dict[str, float]) -> list[str]:
+    """The low precisions among `matmul` (rates by precision) under `FALLBACK_BELOW_FP32` times fp32's (chapter 00)."""
+    fp32 = matmul.get("fp32", 0.0)
+    return [d for d in ("bf16", "fp16") if d in matmul and matmul[d] < FALLBACK_BELOW_FP32 * fp32]
+
 #: A batch-1 decode step reads its weights and hardly computes, so its precision is chosen by weights streamed per
 #: second through one-row products, not by matmul rate. A precision listed later (fp16 after bf16, fp32 after both)
 #: replaces an earlier one only when it streams at least this many times as many weights: two kernels reading the
@@ -336,6 +342,19 @@ class Ceilings:
         drift = rate / base - 1
         return drift if abs(drift) > max(floor, self.spread(samples)) else None
 
+    def beside_text(self, rate: float, what: str) -> tuple[float | None, str]:
+        """`moved` for a `sum` read at `rate` (bytes/s) in the same rounds as some steps (beyond 15% and the
+        samples' range), and the lines that print it against the ceilings' sum, saying which machine `what` (the
+        numbers derived from the ceilings) describe where the memory moved (chapters 01 and 04)."""
+        drift = self.moved(rate, "read", floor=0.15)
+        text = (f"read bandwidth beside these steps (sum, in the same rounds): {rate / GB:,.1f} GB/s;\n"
+                f"the ceilings' sum: {self.read_sum_bw / GB:,.1f} GB/s (range {self.spread('read'):.0%})")
+        if drift is not None:
+            text += (f"\nthe memory read {drift + 1:.2f}x as fast beside these steps as when the ceilings were "
+                     f"measured:\n{what} (from the ceilings) are for a machine "
+                     f"{'slower' if drift > 0 else 'faster'}\nthan this one was during the steps")
+        return drift, text
+
     @property
     def decode_bw(self) -> float:
         """The bandwidth every decode MBU in the book is measured against: the read bandwidth (chapter 00)."""
@@ -345,8 +364,7 @@ class Ceilings:
     def fallbacks(self) -> list[str]:
         """Low-precision matmuls not clearly faster than fp32 here (under 1.25x): emulated or unoptimised fallbacks
         (chapter 00)."""
-        fp32 = self.matmul.get("fp32", 0.0)
-        return [d for d in ("bf16", "fp16") if d in self.matmul and self.matmul[d] < FALLBACK_BELOW_FP32 * fp32]
+        return slow_fallbacks(self.matmul)
 
     def spread(self, name: str) -> float:
         """Relative spread (max - min) / median of one ceiling's samples: "read", "copy", "matmul bf16" or
@@ -753,8 +771,9 @@ def measured_ceilings(device: torch.device | str | None = None, *, refresh: bool
     # are matmul work), and sampled in the same rounds, so their rate over one row's is one moment's
     few_rows: dict[str, dict[str, float]] = {}
     row_xs: dict[str, tuple[list[torch.Tensor], str]] = {}
+    slow = slow_fallbacks(first)
     for name in stacks:
-        if name not in ("bf16", "fp16") or first.get(name, 0.0) >= FALLBACK_BELOW_FP32 * first.get("fp32", 0.0):
+        if name not in slow:
             few_rows[name] = kernels.measure_rows(dev, DTYPES[name], nbytes=min(nbytes, 2**30))
             row_xs[name] = ([torch.randn(r, 4096, device=dev).to(DTYPES[name]) for r in kernels.ROWS_SAMPLED],
                             max(few_rows[name], key=few_rows[name].get))

@@ -306,3 +306,8 @@ def test_a_rate_sampled_later_is_called_moved_only_beyond_the_ceilings_range():
                     matmul_sizes={"fp32": 1}, samples={"read": (38e9, 40e9, 42e9)})    # range 10%
     assert c.moved(40e9) is None and c.moved(43.9e9) is None            # within max(10%, the range)
     assert c.moved(30e9) == pytest.approx(-0.25) and c.moved(50e9, floor=0.3) is None
+    drift, text = c.beside_text(60e9, "the predictions")               # 1.5x the ceilings' sum
+    assert drift == pytest.approx(0.5) and "60.0 GB/s" in text and "1.50x as fast" in text
+    assert "the predictions (from the ceilings) are for a machine slower" in text
+    still, text = c.beside_text(41e9, "x")                              # within the range: no drift line
+    assert still is None and "as fast" not in text
