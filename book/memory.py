@@ -236,16 +236,33 @@ def crossover_context(model: str | Architecture, batch: int, weight_dtype: str =
 
 # ------------------------------------------------------------------------------------------------- measurement
 
-def process_rss() -> int:
-    """This process's resident memory in bytes, from /proc/self/statm (Linux), else ru_maxrss (chapter 03)."""
+def _statm_rss() -> int | None:
     try:
         with open("/proc/self/statm") as f:
             return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, IndexError):
-        import resource
-        import sys
-        r = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-        return int(r if sys.platform == "darwin" else r * 1024)
+    except (OSError, ValueError, IndexError, AttributeError):
+        return None
+
+
+def _psutil_rss() -> int | None:
+    try:
+        import psutil   # comes with IPython, so with every Jupyter kernel
+    except ImportError:
+        return None
+    return int(psutil.Process().memory_info().rss)
+
+
+def process_rss() -> int:
+    """This process's resident memory now, in bytes: /proc/self/statm on Linux, psutil elsewhere (chapter 03).
+
+    Not ru_maxrss: that is the process's peak, so a difference of two readings would not be what a call kept."""
+    rss = _statm_rss()
+    if rss is None:
+        rss = _psutil_rss()
+    if rss is None:
+        raise RuntimeError("cannot read this process's current resident memory: there is no /proc/self/statm here "
+                           "and psutil is not installed (pip install psutil)")
+    return rss
 
 
 def _reset_peak_rss() -> bool:
@@ -305,7 +322,8 @@ class Allocation:
 
 def measure_allocation(fn: Callable[[], Any], device: torch.device | str | None = None) -> Allocation:
     """Run fn() and measure the memory it allocates: on CUDA the caching allocator's statistics (memory_allocated,
-    max_memory_allocated); elsewhere the process's resident memory and its reset high-water mark (chapter 03).
+    max_memory_allocated); on Apple GPUs the MPS allocator's live bytes, its peak sampled; on a CPU the process's
+    resident memory and its reset high-water mark (VmHWM on Linux; elsewhere sampled every millisecond) (chapter 03).
 
     `retained` counts what fn's result (or anything else) still holds after it returns; `peak` the most held at
     once while it ran, both relative to the start. The result of fn is kept in `.result`. On the CPU, resident
@@ -328,6 +346,8 @@ def measure_allocation(fn: Callable[[], Any], device: torch.device | str | None 
         after, peak = torch.cuda.memory_allocated(dev), torch.cuda.max_memory_allocated(dev)
         return Allocation(str(dev), "torch.cuda.memory_allocated / max_memory_allocated", after - before,
                           max(peak - before, after - before), dt, result)
+    if dev.type == "mps":
+        return _measure_mps(fn, dev)
     _fix_malloc_threshold()
     synchronize(dev)
     before = process_rss()
@@ -353,9 +373,38 @@ def measure_allocation(fn: Callable[[], Any], device: torch.device | str | None 
         peak, method = (_peak_rss() or after), "resident memory (/proc/self/statm) and its high-water mark (VmHWM)"
     else:
         th.join()
-        peak, method = max(samples + [after]), "resident memory, sampled every millisecond"
+        src = "/proc/self/statm" if _statm_rss() is not None else "psutil"
+        peak, method = max(samples + [after]), f"resident memory ({src}), sampled every millisecond"
     return Allocation(f"{dev.type} (process memory)", method, after - before, max(peak - before, after - before),
                       dt, result)
+
+
+def _measure_mps(fn: Callable[[], Any], dev: torch.device) -> Allocation:
+    """Apple GPUs: the MPS allocator's live bytes before and after; it keeps no peak, so a thread samples it every
+    millisecond (a lower bound on the peak). Process memory would miss Metal buffers or count them twice."""
+    synchronize(dev)
+    before = torch.mps.current_allocated_memory()
+    samples = [before]
+    stop = threading.Event()
+
+    def sample() -> None:
+        while not stop.is_set():
+            samples.append(torch.mps.current_allocated_memory())
+            time.sleep(0.001)
+    th = threading.Thread(target=sample, daemon=True)
+    th.start()
+    t0 = time.perf_counter()
+    try:
+        result = fn()
+        synchronize(dev)
+    finally:
+        stop.set()
+    dt = time.perf_counter() - t0
+    th.join()
+    after = torch.mps.current_allocated_memory()
+    peak = max(samples + [after])
+    return Allocation("mps", "torch.mps.current_allocated_memory, sampled every millisecond (peak: a lower bound)",
+                      after - before, max(peak - before, after - before), dt, result)
 
 
 # ------------------------------------------------------------------------------------------------ fragmentation

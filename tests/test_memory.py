@@ -200,3 +200,40 @@ def test_a_table_whose_rounded_parts_miss_the_total_says_so():
     assert "total          50.03 GB" in odd and "the parts as printed add up to 50.04" in odd
     even = M.breakdown("Llama-2-7B", "H200", batch=1, context=2048).table()
     assert "add up to" not in even
+
+
+def test_process_rss_is_current_memory_everywhere(monkeypatch):
+    """Without /proc (macOS, Windows) psutil gives the current resident memory; ru_maxrss, a peak, is never used;
+    with neither the error says what to install."""
+    statm = mem.process_rss()
+    monkeypatch.setattr(mem, "_statm_rss", lambda: None)
+    via_psutil = mem.process_rss()
+    assert 0.8 * statm <= via_psutil <= 1.25 * statm
+    monkeypatch.setattr(mem, "_psutil_rss", lambda: None)
+    with pytest.raises(RuntimeError, match="pip install psutil"):
+        mem.process_rss()
+
+
+def test_cpu_peak_is_sampled_where_no_high_water_mark_can_be_reset(monkeypatch):
+    monkeypatch.setattr(mem, "_reset_peak_rss", lambda: False)
+    monkeypatch.setattr(mem, "_statm_rss", lambda: None)
+    a = mem.measure_allocation(lambda: float(torch.ones(2**22).sum()), "cpu")
+    assert a.method == "resident memory (psutil), sampled every millisecond"
+    assert a.peak >= a.retained
+
+
+def test_mps_measures_the_mps_allocator_and_samples_its_peak(monkeypatch):
+    """Forced on a machine without an Apple GPU: a fake MPS allocator that holds 1000 bytes for 50 ms, then 200."""
+    held = {"now": 5000}
+    monkeypatch.setattr(torch.mps, "current_allocated_memory", lambda: held["now"])
+    monkeypatch.setattr(mem, "synchronize", lambda dev=None: None)
+
+    def fn():
+        import time
+        held["now"] = 6000
+        time.sleep(0.05)
+        held["now"] = 5200
+        return "done"
+    a = mem.measure_allocation(fn, "mps")
+    assert (a.device, a.retained, a.peak, a.result) == ("mps", 200, 1000, "done")
+    assert "sampled every millisecond" in a.method and "lower bound" in a.method
