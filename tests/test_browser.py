@@ -152,3 +152,18 @@ def test_static_slider_changes_the_figure(server, browser, page_path):
         s.scroll_into_view_if_needed()
         s.screenshot(path=str(SHOTS / f"{page_path.replace('/', '_')}.slider{i}.png"))
     page.close()
+
+
+@pytest.mark.parametrize("page_path", [p for p in PAGES if p.startswith("chapters/")])
+def test_page_fits_a_1100_px_window(server, browser, page_path):
+    """Between 992 and 1200 px the theme spreads full-width cells with no right-hand panel to spread into: nothing
+    may push the page wider than the window (a figure cut at the right edge, a sideways scroll)."""
+    page = browser.new_page(viewport={"width": 1100, "height": 900})
+    page.goto(f"{server}/{page_path}", wait_until="load")
+    page.wait_for_selector("main", state="attached", timeout=30000)
+    wide = page.evaluate("""() => [...document.querySelectorAll('main img, main table, main pre')]
+        .map(e => [e.tagName + ' ' + (e.currentSrc || e.innerText || '').slice(-40), e.getBoundingClientRect().right])
+        .filter(([, r]) => r > innerWidth + 1).map(([s, r]) => `${s} to ${Math.round(r)} px`)""")
+    assert not wide, f"{page_path}: past the right edge of an 1100-px window: {wide[:3]}"
+    assert page.evaluate("document.documentElement.scrollWidth <= innerWidth + 1"), f"{page_path} scrolls sideways"
+    page.close()
