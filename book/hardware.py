@@ -532,6 +532,7 @@ class Ceilings:
             label = f"matmul {name} (n={self.matmul_sizes[name]})" + (" *" if name in self.fallbacks else "")
             rows.append((label, self.matmul_text(name), spread(f"matmul {name}"), sheet))
         chosen = {self.fastest(tuple(self.matvec)), self.decode_dtype()} if self.matvec else set()
+        estimated: list[str] = []   # precisions with an est. row
         for name in self.matvec:
             rows.append((f"matrix-vector {name} ({self.matvec_ceiling_path(name)})",
                          f"{self.matvec_bw(name) / GB:,.1f} GB/s", spread(f"matvec {name}"), "-"))
@@ -544,6 +545,7 @@ class Ceilings:
             if costs:   # a small weight: the fixed cost a call counts, and another path can be quicker
                 from .kernels import call_time, cheapest
                 small = cheapest(costs, 2**20)
+                estimated.append(name)
                 rows.append((f"  1 MiB weights ({small}, est.)",
                              f"{2**20 / call_time(costs[small], 2**20) / GB:,.1f} GB/s", "-", "-"))
             long = self.long_rows.get(name)
@@ -598,7 +600,9 @@ class Ceilings:
             lines.append("4096-row layers: sampled in turn (the rows above), and when the paths were compared:")
             lines += [f"  {n} ({self.matvec_path(n)}): {sampled / GB:,.1f} and {compared / GB:,.1f} GB/s"
                       for n, compared, sampled in moved]
-            lines.append("  moments further apart than the samples' range (the est. rows use the second)")
+            used = [n for n, _, _ in moved if n in estimated]
+            lines.append("  moments further apart than the samples' range"
+                         + (f" (the est. row of {', '.join(used)} uses the second)" if used else ""))
         over = [n for n in self.matvec if self.matvec_layer.get(n) and self.layer_bw(n) > self.matvec_bw(n)
                 and n not in {m[0] for m in moved}]
         paired = [n for n in over if f"layers {n}" in self.samples and f"matvec {n}" in self.samples]

@@ -23,7 +23,7 @@ from .models import Architecture, architecture, dtype_bytes
 
 __all__ = ["GB", "GIB", "DEFAULT_OVERHEAD_PER_GPU", "PREFILL_CHUNK", "DoesNotFitError", "MemoryBreakdown",
            "weight_bytes", "kv_cache_bytes", "activation_bytes", "capacity_bytes", "breakdown", "max_batch",
-           "crossover_context", "Allocation", "measure_allocation", "process_rss", "sample_requests",
+           "crossover_context", "max_batch_text", "Allocation", "measure_allocation", "process_rss", "sample_requests",
            "simulate_allocators", "random_model", "reference_suite"]
 
 #: Bytes in one GiB: the unit of a GPU datasheet's "GB" of memory.
@@ -224,6 +224,18 @@ def max_batch(model: str | Architecture, device: str | GPUSpec = "A100 80GB", *,
                 f"GPUs or a smaller weight dtype (int8, int4).")
         return 0
     return int(room // b.kv_cache)
+
+
+def max_batch_text(model: str | Architecture, device: str | GPUSpec = "A100 80GB", **kwargs: Any) -> tuple[int, str]:
+    """`max_batch` (not strict, with the same keyword arguments) and a phrase for it: the number, or why not even
+    one sequence fits (chapter 03)."""
+    best = max_batch(model, device, strict=False, **kwargs)
+    if best:
+        return best, str(best)
+    b = breakdown(model, device, batch=1, **kwargs)
+    if b.weights + b.activations + b.overhead > b.capacity:
+        return 0, "none: the weights do not fit"
+    return 0, "none: the weights fit, but not one sequence's KV cache beside them"
 
 
 def crossover_context(model: str | Architecture, batch: int, weight_dtype: str = "bf16",

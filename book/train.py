@@ -25,6 +25,7 @@ from pathlib import Path
 import torch
 
 from .device import device_name
+from .hardware import bf16_is_fast
 
 __all__ = ["Corpus", "ModelSpec", "TrainConfig", "SPECS", "CONFIGS", "DISTILLED", "WEIGHTS", "distill_loss",
            "load_corpus", "is_test_path", "split_of", "train_tokenizer", "encode", "token_byte_lengths",
@@ -232,7 +233,6 @@ def lr_at(step: int, cfg: TrainConfig) -> float:
 
 def _autocast(device: torch.device):
     """bf16 autocast where bf16 is fast on this device; plain fp32 where it is a slow fallback (an AVX2-only CPU)."""
-    from .hardware import bf16_is_fast
     return torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16_is_fast(device))
 
 
@@ -322,6 +322,7 @@ def train(spec: ModelSpec, cfg: TrainConfig, tokenizer, train_tokens: torch.Tens
     log = {"model": spec.name, "spec": dataclasses.asdict(spec), "config": dataclasses.asdict(cfg),
            "params": sum(p.numel() for p in model.parameters()), "device": device_name(device),
            "torch": torch.__version__, "train": [], "val": [], "seconds": 0.0, "step": 0,
+           "precision": "bf16 autocast" if bf16_is_fast(device) else "fp32",   # as _autocast chooses
            **({"objective": "distillation: KL(teacher || model) per token"} if teacher is not None else {}),
            **({"objective": "masked diffusion: 1/t-weighted cross-entropy on tokens masked with probability t"}
               if spec.kind == "diffusion" else {})}

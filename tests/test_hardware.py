@@ -154,6 +154,8 @@ def test_the_decoders_path_follows_layer_sized_matrices_not_the_ceiling():
     assert not replace(c, long_rows={"bf16": {"whole": 20e9, "blocks": 21e9}}).row_blocks("bf16")
     moved = replace(c, samples={**c.samples, "layers bf16": (0.6e12, 0.62e12, 0.61e12)})
     assert "when the paths were compared:\n  bf16 (mv): 610.0 and 890.0 GB/s" in moved.table()
+    assert "range (the est. row of bf16 uses the second)" in moved.table()    # its 1 MiB row: the compared rate
+    assert "est. row" not in replace(moved, matvec_call={}).table()           # no est. row to point at
     faster = replace(c, matvec_layer={"bf16": {"mv": 3.1e12, "mulsum": 0.35e12}})  # sampled at a quicker moment
     assert "bf16: 4096-row layers above the one-matrix ceiling" in faster.table()
     both = replace(c, samples={**c.samples, "layers bf16": (0.88e12, 0.89e12, 0.9e12),       # the same rounds

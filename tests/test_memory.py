@@ -237,3 +237,12 @@ def test_mps_measures_the_mps_allocator_and_samples_its_peak(monkeypatch):
     a = mem.measure_allocation(fn, "mps")
     assert (a.device, a.retained, a.peak, a.result) == ("mps", 200, 1000, "done")
     assert "sampled every millisecond" in a.method and "lower bound" in a.method
+
+
+def test_max_batch_text_says_why_no_sequence_fits():
+    assert mem.max_batch_text("Llama-2-7B", "A100 80GB", context=4096) == (
+        mem.max_batch("Llama-2-7B", "A100 80GB", context=4096), str(mem.max_batch("Llama-2-7B", context=4096)))
+    # 13.48 GB of weights + activations + 2 GB overhead fit in 16.5 GB; one 4096-token KV cache (2.1 GB) does not
+    assert mem.max_batch_text("Llama-2-7B", context=4096, capacity=16.5e9) == (
+        0, "none: the weights fit, but not one sequence's KV cache beside them")
+    assert mem.max_batch_text("Llama-2-7B", context=4096, capacity=14e9) == (0, "none: the weights do not fit")

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from book import train as T
+from book.hardware import bf16_is_fast
 
 TINY = T.ModelSpec("tiny", hidden=32, layers=1, heads=2, kv_heads=1, ffn=64, context=64)
 STDLIB = Path(sysconfig.get_paths()["stdlib"])
@@ -95,6 +96,7 @@ def test_a_few_training_steps_lower_the_validation_loss(tokenizer, streams):
     uniform = math.log(len(tokenizer))              # an untrained model predicts about uniformly
     first, last = log["train"][0][1], log["train"][-1][1]
     assert log["step"] == 60 and log["tokens_seen"] == 60 * 8 * 32
+    assert log["precision"] == ("bf16 autocast" if bf16_is_fast("cpu") else "fp32")   # recorded in the manifest
     assert last < first - 0.4, f"training loss went {first:.2f} -> {last:.2f}"
     assert log["val"][-1][1] < log["val"][0][1] < uniform - 0.5
     ev = T.evaluate(model, val_tokens, T.token_byte_lengths(tokenizer), 32, 16)
