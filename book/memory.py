@@ -364,14 +364,31 @@ def measure_allocation(fn: Callable[[], Any], device: torch.device | str | None 
     synchronize(dev)
     before = process_rss()
     hwm = _reset_peak_rss() and _peak_rss() is not None
-    samples = [before]
+    # no resettable high-water mark: sample the resident memory every millisecond
+    result, dt, samples = _run_sampled(fn, dev, None if hwm else process_rss)
+    after = process_rss()
+    if hwm:
+        peak, method = (_peak_rss() or after), "resident memory (/proc/self/statm) and its high-water mark (VmHWM)"
+    else:
+        src = "/proc/self/statm" if _statm_rss() is not None else "psutil"
+        peak, method = max(samples + [before, after]), f"resident memory ({src}), sampled every millisecond"
+    return Allocation(f"{dev.type} (process memory)", method, after - before, max(peak - before, after - before),
+                      dt, result)
+
+
+def _run_sampled(fn: Callable[[], Any], dev: torch.device,
+                 read: Callable[[], int] | None) -> tuple[Any, float, list[int]]:
+    """Run fn() to completion on dev, a thread calling read() every millisecond meanwhile (when given): the result,
+    the seconds it took and the readings."""
+    samples: list[int] = []
     stop = threading.Event()
-    if not hwm:   # no resettable high-water mark: sample the resident memory every millisecond
-        def sample() -> None:
-            while not stop.is_set():
-                samples.append(process_rss())
-                time.sleep(0.001)
-        th = threading.Thread(target=sample, daemon=True)
+
+    def sample() -> None:
+        while not stop.is_set():
+            samples.append(read())
+            time.sleep(0.001)
+    th = threading.Thread(target=sample, daemon=True) if read else None
+    if th:
         th.start()
     t0 = time.perf_counter()
     try:
@@ -380,15 +397,9 @@ def measure_allocation(fn: Callable[[], Any], device: torch.device | str | None 
     finally:
         stop.set()
     dt = time.perf_counter() - t0
-    after = process_rss()
-    if hwm:
-        peak, method = (_peak_rss() or after), "resident memory (/proc/self/statm) and its high-water mark (VmHWM)"
-    else:
+    if th:
         th.join()
-        src = "/proc/self/statm" if _statm_rss() is not None else "psutil"
-        peak, method = max(samples + [after]), f"resident memory ({src}), sampled every millisecond"
-    return Allocation(f"{dev.type} (process memory)", method, after - before, max(peak - before, after - before),
-                      dt, result)
+    return result, dt, samples
 
 
 def _measure_mps(fn: Callable[[], Any], dev: torch.device) -> Allocation:
@@ -396,25 +407,9 @@ def _measure_mps(fn: Callable[[], Any], dev: torch.device) -> Allocation:
     millisecond (a lower bound on the peak). Process memory would miss Metal buffers or count them twice."""
     synchronize(dev)
     before = torch.mps.current_allocated_memory()
-    samples = [before]
-    stop = threading.Event()
-
-    def sample() -> None:
-        while not stop.is_set():
-            samples.append(torch.mps.current_allocated_memory())
-            time.sleep(0.001)
-    th = threading.Thread(target=sample, daemon=True)
-    th.start()
-    t0 = time.perf_counter()
-    try:
-        result = fn()
-        synchronize(dev)
-    finally:
-        stop.set()
-    dt = time.perf_counter() - t0
-    th.join()
+    result, dt, samples = _run_sampled(fn, dev, torch.mps.current_allocated_memory)
     after = torch.mps.current_allocated_memory()
-    peak = max(samples + [after])
+    peak = max(samples + [before, after])
     return Allocation("mps", "torch.mps.current_allocated_memory, sampled every millisecond (peak: a lower bound)",
                       after - before, max(peak - before, after - before), dt, result)
 
