@@ -80,7 +80,8 @@ def setup(seed: int = 0, *, online: bool | None = None, device: str | None = Non
              "Hugging Face hub: " + ("online (downloads allowed)" if online else
                                      "offline (HF_HUB_OFFLINE=1);\n  book.setup(online=True) allows downloads")]
     refs = reference.load_references()
-    lines.append("numbers on this page: measured live on this device;\n"
+    lines.append("numbers measured on this page: live on this device; recorded ones (training\n"
+                 "  manifest, reference GPU, published runs) are labelled as such;\n"
                  + (f"reference results recorded on {', '.join(sorted({r.device for r in refs}))}\n"
                     "  (shown beside yours where a chapter has them)" if refs
                     else "no reference-GPU results are recorded yet"))

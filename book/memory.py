@@ -258,7 +258,7 @@ def _statm_rss() -> int | None:
 
 def _psutil_rss() -> int | None:
     try:
-        import psutil   # comes with IPython, so with every Jupyter kernel
+        import psutil   # a dependency of the book (requirements.txt)
     except ImportError:
         return None
     return int(psutil.Process().memory_info().rss)

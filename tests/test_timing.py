@@ -9,6 +9,7 @@ def test_timing_statistics():
     assert t.mean == pytest.approx(22.0)
     assert t.min == 1.0 and t.max == 100.0
     assert t.iqr == pytest.approx(2.0)          # quartiles 2 and 4
+    assert t.quartiles == (pytest.approx(2.0), pytest.approx(4.0))
     assert t.spread == pytest.approx(2.0 / 3.0)
     assert "3.00 s median" in str(t)
 
