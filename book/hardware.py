@@ -342,17 +342,17 @@ class Ceilings:
         drift = rate / base - 1
         return drift if abs(drift) > max(floor, self.spread(samples)) else None
 
-    def beside_text(self, rate: float, what: str) -> tuple[float | None, str]:
+    def beside_text(self, rate: float, what: str, beside: str = "these steps") -> tuple[float | None, str]:
         """`moved` for a `sum` read at `rate` (bytes/s) in the same rounds as some steps (beyond 15% and the
         samples' range), and the lines that print it against the ceilings' sum, saying which machine `what` (the
         numbers derived from the ceilings) describe where the memory moved (chapters 01 and 04)."""
         drift = self.moved(rate, "read", floor=0.15)
-        text = (f"read bandwidth beside these steps (sum, in the same rounds): {rate / GB:,.1f} GB/s;\n"
+        text = (f"read bandwidth beside {beside} (sum, in the same rounds): {rate / GB:,.1f} GB/s;\n"
                 f"the ceilings' sum: {self.read_sum_bw / GB:,.1f} GB/s (range {self.spread('read'):.0%})")
         if drift is not None:
-            text += (f"\nthe memory read {drift + 1:.2f}x as fast beside these steps as when the ceilings were "
+            text += (f"\nthe memory read {drift + 1:.2f}x as fast beside {beside} as when the ceilings were "
                      f"measured:\n{what} (from the ceilings) are for a machine "
-                     f"{'slower' if drift > 0 else 'faster'}\nthan this one was during the steps")
+                     f"{'slower' if drift > 0 else 'faster'}\nthan this one was during {beside}")
         return drift, text
 
     @property

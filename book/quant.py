@@ -117,7 +117,8 @@ def _reason(e: BaseException) -> str:
 def compare_linear(k: int, n: int, *, batches: tuple[int, ...] = (1, 512), device=None, roof=None,
                    precisions: tuple[str, ...] = PRECISIONS, repeats: int = 3, fallbacks: tuple[str, ...] = (),
                    results: list | None = None) -> list[str]:
-    """Time one [n, k] linear layer at each precision and batch; lines to print, with the roofline prediction
+    """Time one [n, k] linear layer at each precision and batch, every precision's kernels in turn at each batch
+    (`book.timing.time_in_turn`); lines to print, with the roofline prediction
     beside each measurement when `roof` is given (chapter 02). `roof` is one `book.roofline.Roof`, or a dict of
     them by compute precision, {"fp32": ..., "bf16": ...}: fp32 weights compute in fp32, the others in bf16.
 
@@ -129,14 +130,15 @@ def compare_linear(k: int, n: int, *, batches: tuple[int, ...] = (1, 512), devic
     from .device import as_device, synchronize
     from .hardware import random_tensor
     from .roofline import Work, linear
-    from .timing import format_seconds, time_fn
+    from .timing import format_seconds, time_fn, time_in_turn
     dev = as_device(device)
     w = random_tensor(n, k, device=dev, dtype=torch.bfloat16)
-    lines = [f"weight [{n} x {k}] on {dev.type}, median time of {repeats} runs; predicted: the roofline",
-             "with the measured ceilings; error: relative, vs the fp32 product of the same weights\n"
-             "and inputs (rounding to 8 or 4 bits costs about 1e-2 or 1e-1; over 0.2 a kernel is\n"
-             "taken to be wrong and skipped)"]
+    lines = [f"weight [{n} x {k}] on {dev.type}, median of {repeats} runs, every kernel in turn;\n"
+             "predicted: the roofline with the measured ceilings; error: relative, vs the fp32\n"
+             "product of the same weights and inputs (rounding to 8 or 4 bits costs about 1e-2\n"
+             "or 1e-1; over 0.2 a kernel is taken to be wrong and skipped)"]
     rows = []                                     # (precision, batch, seconds, weight bytes, error)
+    layers = {}                                   # precision -> (layer, its kernels, error)
     for p in precisions:
         try:
             layer = quantize(w, p)
@@ -158,25 +160,36 @@ def compare_linear(k: int, n: int, *, batches: tuple[int, ...] = (1, 512), devic
         if err > 0.2:
             lines.append(f"{p:>5}: kernel output disagrees with the dense product (rel. error {err:.2f}); skipped")
             continue
-        for b in batches:
+        layers[p] = (layer, kernels, err)
+    for b in batches:     # every precision's kernels in turn, so a drifting machine slows all of them alike
+        fns = {}
+        for p, (layer, kernels, _) in layers.items():
             x = random_tensor(b, k, device=dev, dtype=layer.act_dtype)
-            times: dict[str, float] = {}
-            for name, fn in kernels.items():
+            fns.update({(p, name): (lambda fn=fn, x=x: fn(x)) for name, fn in kernels.items()})
+        try:
+            times = {key: t.median for key, t in
+                     time_in_turn(fns, device=dev, warmup=1, rounds=repeats).items()}
+        except (torch.OutOfMemoryError, *PACKING_ERRORS):   # one at a time, so one failure leaves the others
+            synchronize(dev)
+            times = {}
+            for (p, name), fn in fns.items():
                 try:
-                    times[name] = time_fn(lambda: fn(x), device=dev, warmup=1, repeats=repeats).median
+                    times[(p, name)] = time_fn(fn, device=dev, warmup=1, repeats=repeats).median
                 except torch.OutOfMemoryError:
                     synchronize(dev)
                     lines.append(f"{p:>5} B={b} ({name}): out of memory, skipped")
                 except PACKING_ERRORS as e:          # a kernel that packed but fails at this batch
                     lines.append(f"note: {p} kernel {name} failed on this device at B={b} ({_reason(e)}); "
                                  f"left out")
-            if times:
-                best = min(times, key=times.get)
-                rows.append((p, b, times[best], layer.nbytes, err, best))
-                if len(times) > 1:
-                    timed = ", ".join(f"{nm} {format_seconds(t)}" for nm, t in times.items())
+        for p, (layer, kernels, err) in layers.items():
+            mine = {name: times[(p, name)] for name in kernels if (p, name) in times}
+            if mine:
+                best = min(mine, key=mine.get)
+                rows.append((p, b, mine[best], layer.nbytes, err, best))
+                if len(mine) > 1:
+                    timed = ", ".join(f"{nm} {format_seconds(t)}" for nm, t in mine.items())
                     lines.append(f"{p} kernels at B={b}: {timed}; the fastest ({best}) is kept")
-        del layer
+    del layers
     base = {b: t for p, b, t, *_ in rows if p == "bf16"}
     lines.append(f"{'B':>5} {'weights':>7} {'measured':>9} {'predicted':>9} {'GB read':>8} {'GB/s':>6} "
                  f"{'vs bf16':>8} {'error':>6}")

@@ -368,27 +368,34 @@ def measure_extends(model, shapes: Sequence[tuple[int, int]], context: int, *, w
 
 
 def linear_sweep(batches: list[int], d_in: int, d_out: int, dtype: str = "bf16", device=None, *,
-                 repeats: int = 3) -> list[dict]:
+                 repeats: int = 3, read_bytes: int = 0) -> list[dict]:
     """Time y = x W^T for a [d_out, d_in] weight at each batch size, through the decoder's own product
     (`book.llama.linear`, which picks the kernel measured fastest here for one row and for a few), every batch in
     turn (`book.timing.time_in_turn`: one product of each per round, `repeats` rounds), so a machine whose speed
-    drifts slows every batch alike: the roofline, measured; each row carries its time's spread (chapter 02)."""
+    drifts slows every batch alike: the roofline, measured; each row carries its time's spread (chapter 02).
+    `read_bytes`: also a `sum` over a tensor of that many bytes in the same rounds; each row then carries the read
+    bandwidth it measured ("read_bw"), the memory's speed while the products ran."""
     from .llama import linear as decoder_linear
     from .device import as_device
-    from .hardware import random_tensor
+    from .hardware import _random_tensor, random_tensor
     from .models import _torch_dtype
     from .timing import time_in_turn
     dev, dt = as_device(device), _torch_dtype(dtype)
     w = random_tensor(d_out, d_in, device=dev, dtype=dt)
     xs = {b: random_tensor(_count("batch", b), d_in, device=dev, dtype=dt) for b in batches}
-    ts = time_in_turn({b: (lambda x=x: decoder_linear(x, w)) for b, x in xs.items()}, device=dev, warmup=1,
-                      rounds=repeats)
+    if read_bytes < 0:
+        raise ValueError(f"read_bytes must be >= 0, got {read_bytes}")
+    fns: dict = {b: (lambda x=x: decoder_linear(x, w)) for b, x in xs.items()}
+    if read_bytes > 0:
+        fns["read"] = _random_tensor(read_bytes, dev).sum
+    ts = time_in_turn(fns, device=dev, warmup=1, rounds=repeats)
     rows = []
     for b in batches:
         t, work = ts[b], linear(b, d_in, d_out, dtype)
         rows.append({"batch": b, "seconds": t.median, "spread": t.spread, "flops": work.flops, "bytes": work.bytes,
                      "intensity": work.intensity, "flop_rate": work.flops / t.median,
-                     "byte_rate": work.bytes / t.median})
+                     "byte_rate": work.bytes / t.median,
+                     **({"read_bw": read_bytes / ts["read"].median} if read_bytes > 0 else {})})
     return rows
 
 

@@ -186,6 +186,20 @@ class Report:
         return sum(len(s.prefill) + len(s.decode) for s in busy) / len(busy) if busy else math.nan
 
     @property
+    def saturated_throughput(self) -> float:
+        """Generated tokens per second while requests waited: the tokens ready from the start of the first step that
+        left one waiting (after the first tenth of those steps, the start) to the end of the last, over that span;
+        the rate a server sustains at full load, where `throughput` also counts a burst's draining tail; nan when no
+        step left one waiting or the server does not log its queue (chapter 04)."""
+        busy = [s for s in self.steps if s.waiting > 0]
+        busy = busy[len(busy) // 10:]
+        if not busy or busy[-1].end <= busy[0].start:
+            return math.nan
+        t0, t1 = busy[0].start, busy[-1].end
+        ready = sum(t0 < s.request.arrival + t <= t1 for s in self.served for t in s.times)
+        return ready / (t1 - t0)
+
+    @property
     def padding_share(self) -> float:
         """Rows computed for requests already done, as a share of all rows (static batching's waste) (chapter 04)."""
         rows = sum(len(s.decode) + len(s.padding) for s in self.steps)

@@ -74,9 +74,9 @@ def _sig(x: float, digits: int) -> str:
     return s[:-1] if s.endswith(".") else s
 
 
-def _fmt(x: float, unit: str, digits: int = 3) -> str:
+def _fmt(x: float, unit: str, digits: int = 3, to_s: bool = True) -> str:
     unit = unit.strip()   # " steps" and "steps" print alike: one space before the unit
-    if unit == "ms" and time_unit(x / 1e3, digits)[1] == "s":    # 7.68 s, not 7,676 ms (as format_seconds)
+    if to_s and unit == "ms" and time_unit(x / 1e3, digits)[1] == "s":   # 7.68 s, not 7,676 ms (format_seconds)
         return _fmt(x / 1e3, "s", digits)
     if unit in ("ms", "s", "us"):
         return f"{_sig(x, digits)} {unit}" if abs(x) < 100 else f"{x:,.{digits - 3}f} {unit}"
@@ -100,10 +100,11 @@ def _fmt_pair(a: float, b: float, unit: str, digits: int = 3) -> tuple[str, str]
     would invent a gap or more than double it: 207.5 and 207.48 print as 207.5 and 207.5, not 208 and 207, while
     22.43 and 22.49 stay 22.4 and 22.5 (a fourth figure a timing's noise does not support); both in one unit
     (chapter 00)."""
-    if unit.strip() == "ms" and time_unit(max(abs(a), abs(b)) / 1e3)[1] == "s":   # 7.68 s and 4.14 s, both in s
-        a, b, unit = a / 1e3, b / 1e3, "s"
+    if unit.strip() == "ms" and time_unit(max(abs(a), abs(b)) / 1e3)[1] == "s":   # 7.68 s and 4.14 s, both in s,
+        if min(abs(a), abs(b)) >= 100:                                             # but 86.9 ms beside 1,306 ms
+            a, b, unit = a / 1e3, b / 1e3, "s"
     for d in range(digits, max(digits, 5) + 1):
-        sa, sb = _fmt(a, unit, d), _fmt(b, unit, d)
+        sa, sb = _fmt(a, unit, d, to_s=False), _fmt(b, unit, d, to_s=False)
         if sa == sb or abs(_printed(sa) - _printed(sb)) <= 2 * abs(a - b):
             return sa, sb
     return sa, sb

@@ -313,3 +313,5 @@ def test_a_rate_sampled_later_is_called_moved_only_beyond_the_ceilings_range():
     assert "the predictions (from the ceilings) are for a machine slower" in text
     still, text = c.beside_text(41e9, "x")                              # within the range: no drift line
     assert still is None and "as fast" not in text
+    _, text = c.beside_text(20e9, "the predictions", beside="the sweep")  # named where it was sampled
+    assert "beside the sweep (sum" in text and "faster\nthan this one was during the sweep" in text

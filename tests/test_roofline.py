@@ -212,7 +212,11 @@ def test_a_small_matmul_sweep_and_its_knee():
     assert [r["batch"] for r in rows] == [1, 2, 4, 64]
     assert all(r["seconds"] > 0 and r["flop_rate"] == r["flops"] / r["seconds"] for r in rows)
     assert all(r["spread"] >= 0 for r in rows)                  # two rounds, every batch in each
-    assert rows[-1]["intensity"] > rows[0]["intensity"]
+    assert rows[-1]["intensity"] > rows[0]["intensity"] and "read_bw" not in rows[0]
+    read = R.linear_sweep([1, 2], 64, 128, "fp32", "cpu", repeats=2, read_bytes=2**20)   # a sum in the same rounds
+    assert read[0]["read_bw"] == read[1]["read_bw"] > 0
+    with pytest.raises(ValueError, match="read_bytes"):
+        R.linear_sweep([1], 64, 128, "fp32", "cpu", read_bytes=-1)
     fake = [{"batch": b, "seconds": max(1.0, b / 8), "flops": 10.0 * b, "flop_rate": 10.0 * b / max(1.0, b / 8)}
             for b in (1, 2, 4, 8, 16, 32)]
     assert R.measured_knee(fake) == pytest.approx(8.0)        # flat 1 s until b = 8, then 80 FLOP/s

@@ -1,6 +1,7 @@
 """The serving engine (chapter 04): every policy and cache gives each request the tokens the decoder gives it alone;
 requests are accounted for; preemption, rejection, static batching, arrivals and bad input."""
 import math
+from dataclasses import replace
 
 import pytest
 import torch
@@ -222,6 +223,18 @@ def test_saturated_batch_is_the_batch_while_requests_wait(model, reqs):
     assert rep.mean_batch < 3.0                                      # the tail, with the queue empty, runs fewer
     static = run_static(model, reqs, batch=4)
     assert math.isnan(static.saturated_batch)                        # static batching does not log its queue
+    assert math.isnan(static.saturated_throughput)
+
+
+def test_saturated_throughput_counts_the_tokens_ready_while_requests_wait():
+    from book.serve import Report, Request, Served, Step
+    served = [Served(Request((1,), 4, arrival=0.0), 0, tokens=[1] * 4, times=[0.5, 1.5, 2.5, 3.5]),
+              Served(Request((1,), 2, arrival=1.0), 1, tokens=[1] * 2, times=[2.0, 5.0])]
+    steps = [Step(float(t), t + 1.0, (), (0,), waiting=1 if t < 3 else 0) for t in range(6)]
+    rep = Report("x", served, steps)
+    # busy steps span 0..3 s; tokens ready then: 0.5, 1.5, 2.5 (request 0) and 3.0 (request 1): 4 in 3 s
+    assert rep.saturated_throughput == pytest.approx(4 / 3)
+    assert math.isnan(Report("x", served, [replace(s, waiting=0) for s in steps]).saturated_throughput)
 
 
 # --- speculative decoding inside the engine (chapter 05) ---------------------------------------------------------

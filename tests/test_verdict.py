@@ -101,6 +101,7 @@ def test_values_a_hair_apart_do_not_print_a_gap_that_rounding_made():
     assert "measured 208 GFLOP, predicted 150 GFLOP" in V.compare(207.5, 150, what="x", unit="GFLOP").text
     assert "measured 150 ms, predicted 150 ms" in V.compare(150.04, 150.1, what="x", unit="ms").text
     assert "measured 7.68 s, predicted 4.14 s" in V.compare(7676, 4144, what="x", unit="ms").text
+    assert "measured 86.9 ms, predicted 1,306 ms" in V.compare(86.9, 1306, what="x", unit="ms").text   # one under 1 s: ms
     assert "measured 1.58 s, predicted 998 ms" not in V.compare(1577, 998, what="x", unit="ms").text
     assert "measured 40.6 s, predicted 33.9 s" in V.compare(40643, 33937, what="x", unit="ms").text
     assert "measured 11.0 s, predicted 9.50 s" in V.compare(11000, 9500, what="x", unit="ms").text   # one unit
