@@ -54,6 +54,7 @@ class DecodeResult:
     speedup: float | None          # book tokens/s over HF tokens/s (median of per-step paired ratios)
     logits_rel_err: float | None
     tokens_equal: int | None
+    sum_samples: tuple[float, ...] = ()   # the `sum` alone next to each timed step (one unwarmed call each)
 
 
 def _arch(model: str, layers: int | None, **shape: int | None) -> tuple[Architecture, str]:
@@ -251,7 +252,8 @@ def bench_decode(model: str = "Llama-2-7B", *, layers: int | None = None, dtype:
                         weight_bytes=book.weight_bytes_per_step(batch), kv_bytes=kv_bytes, read_bw=read_bw,
                         copy_bw=copy_bw, matvec_bw=matvec_bw, path=path, bw_samples=tuple(read_samples),
                         mv_samples=tuple(mv_samples), book=tb, hf=th, mbu_book=mbu_book, mbu_mv_book=mbu_mv,
-                        mbu_hf=mbu_hf, speedup=speedup, logits_rel_err=err, tokens_equal=same)
+                        mbu_hf=mbu_hf, speedup=speedup, logits_rel_err=err, tokens_equal=same,
+                        sum_samples=tuple(bw_samples))
 
 
 def one_row_paths(model: Llama) -> tuple[str, str]:

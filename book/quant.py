@@ -171,6 +171,7 @@ def compare_linear(k: int, n: int, *, batches: tuple[int, ...] = (1, 512), devic
                      time_in_turn(fns, device=dev, warmup=1, rounds=repeats).items()}
         except (torch.OutOfMemoryError, *PACKING_ERRORS):   # one at a time, so one failure leaves the others
             synchronize(dev)
+            lines.append(f"note: at B={b} the kernels were timed one at a time (one failed in turn)")
             times = {}
             for (p, name), fn in fns.items():
                 try:

@@ -220,15 +220,17 @@ def mfu(flops: float, seconds: float, peak: float) -> float:
 
 def step_shortfall(nbytes: float, seconds: float, stream_bw: float,
                    kernels: str = "one-row products over 4096-row layers", *, margin: float = 1.25,
-                   per_call: tuple[float, float] | None = None, graph: bool = False) -> str:
+                   per_call: tuple[float, float] | None = None, graph: bool = False,
+                   memory_steady: bool = False) -> str:
     """Why a step that moved `nbytes` in `seconds` ran below the read bandwidth, split in two: the time its bytes
     take at the rate its kernels stream layer-sized weights on this device (`stream_bw`, bytes/s, named by
     `kernels`), and what is left over, a fixed cost per step (dispatch, small operations, launches) that no
     bandwidth explains; the step counts as the kernels' when it is within `margin` of their time. `per_call`
     (seconds one 4096-row call takes, seconds of it the call's fixed cost; `Ceilings.layer_call`) says when that
     rate is set by calls rather than by memory, as with a GPU's launches one at a time; `graph`: the step was
-    replayed as a CUDA graph, which pays no dispatch or launch a call, so the rest is named as the GPU's own work
-    (chapters 02 and 04)."""
+    replayed as a CUDA graph, which pays no dispatch or launch a call, so the rest is named as the GPU's own work;
+    `memory_steady`: a read sampled beside the step ran no slower than the ceilings', so a slower machine is not
+    offered as a cause (chapters 02 and 04)."""
     from .timing import format_seconds
     _positive("bytes", nbytes)
     _positive("seconds", seconds)
@@ -252,13 +254,14 @@ def step_shortfall(nbytes: float, seconds: float, stream_bw: float,
         return (f"{head}: " + ("the kernels' calls account" if calls else
                                  "the kernels' streaming rate, below the read bandwidth, accounts")
                 + f" for the step ({format_seconds(seconds)}, {seconds / at_kernels:.2f}x that"
-                + (f"; the other {format_seconds(rest)}: a fixed cost per step or the machine's drift)"
+                + (f"; the other {format_seconds(rest)}: a fixed cost per step"
+                   + (")" if memory_steady else " or the machine's drift)")
                    if rest > 0.05 * seconds else ")"))
     likely = ("likely the GPU's own work beside those products: many small kernels (norms, rotary embedding, "
               "attention, the cache write), each with its start and its tail, which a graph replays but does not "
               "remove" if graph else
               "likely a fixed cost per step (Python and operator dispatch, small operations, kernel launches on a "
-              "GPU), or a machine running slower than when the ceilings were measured")
+              "GPU)" + ("" if memory_steady else ", or a machine running slower than when the ceilings were measured"))
     return (f"{head}: the other {format_seconds(seconds - at_kernels)} of its {format_seconds(seconds)} is not "
             + ("those calls" if calls else "the weights' streaming at that rate") + f"; {likely}")
 

@@ -49,6 +49,7 @@ def test_decode_result_and_no_hf(capsys):
                      bw_bytes=8 * 2**20, hidden=32, n_heads=2, n_kv_heads=1, intermediate=64, vocab=128)
     assert r.hf is None and r.speedup is None and r.mbu_book > 0 and r.mbu_mv_book > 0 and r.matvec_bw > 0
     assert len(r.book.times) == 3 and r.bytes_per_step == pytest.approx(r.weight_bytes + r.kv_bytes)
+    assert len(r.sum_samples) == 3 and all(b >= s for b, s in zip(r.bw_samples, r.sum_samples))   # max(sum, mv)
     assert capsys.readouterr().out.strip().splitlines()[-1].endswith("book/HF tokens/s=n/a")
 
 

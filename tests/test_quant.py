@@ -114,3 +114,21 @@ def test_fallback_precisions_are_marked_and_results_carry_predictions():
                          "under 1.25x fp32's)")
     assert {r["precision"] for r in results} == {"fp32", "bf16"}
     assert all(r["predicted"] == pytest.approx(1e-10 * r["nbytes"], rel=0.2) for r in results)
+
+
+def test_a_kernel_that_fails_at_one_batch_is_timed_out_of_turn_with_a_note(monkeypatch):
+    orig = torch._weight_int4pack_mm_for_cpu
+
+    def flaky(x, *args, **kwargs):                       # packs and runs at B=1, fails at B=8
+        if x.shape[0] == 8:
+            raise RuntimeError("no kernel at this batch")
+        return orig(x, *args, **kwargs)
+
+    monkeypatch.setattr(torch, "_weight_int4pack_mm_for_cpu", flaky)
+    lines = quant.compare_linear(256, 512, batches=(1, 8), device="cpu", repeats=1)
+    notes = [line for line in lines if line.startswith("note:")]
+    assert notes[0] == "note: at B=8 the kernels were timed one at a time (one failed in turn)"
+    assert notes[1].startswith("note: int4 kernel") and "failed on this device at B=8" in notes[1]
+    rows = sorted((r[0], r[1]) for r in _rows(lines))
+    assert rows == sorted([("1", p) for p in ("fp32", "bf16", "int8", "int4")]
+                          + [("8", p) for p in ("fp32", "bf16", "int8")])

@@ -306,6 +306,9 @@ def test_step_shortfall_splits_kernels_from_fixed_costs():
     why = R.step_shortfall(3.78 * GB, 0.267, 16.97 * GB, "one-row products")    # 223 ms of 267: the rest is named
     assert why.endswith("accounts for the step (267 ms, 1.20x that; the other 44.3 ms: a fixed cost per step or the "
                         "machine's drift)")
+    steady = R.step_shortfall(3.78 * GB, 0.267, 16.97 * GB, "one-row products", memory_steady=True)
+    assert steady.endswith("(267 ms, 1.20x that; the other 44.3 ms: a fixed cost per step)")   # the read ruled it out
+    assert "a machine running slower" not in R.step_shortfall(13.3 * GB, 18.8e-3, 2237 * GB, memory_steady=True)
     with pytest.raises(ValueError, match="stream_bw"):
         R.step_shortfall(1.0, 1.0, 0.0, "x")
 
