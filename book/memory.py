@@ -233,8 +233,10 @@ def max_batch_text(model: str | Architecture, device: str | GPUSpec = "A100 80GB
     if best:
         return best, str(best)
     b = breakdown(model, device, batch=1, **kwargs)
-    if b.weights + b.activations + b.overhead > b.capacity:
+    if b.weights > b.capacity:
         return 0, "none: the weights do not fit"
+    if b.weights + b.activations + b.overhead > b.capacity:
+        return 0, "none: the weights fit, but not beside the activations and overhead"
     return 0, "none: the weights fit, but not one sequence's KV cache beside them"
 
 

@@ -245,4 +245,6 @@ def test_max_batch_text_says_why_no_sequence_fits():
     # 13.48 GB of weights + activations + 2 GB overhead fit in 16.5 GB; one 4096-token KV cache (2.1 GB) does not
     assert mem.max_batch_text("Llama-2-7B", context=4096, capacity=16.5e9) == (
         0, "none: the weights fit, but not one sequence's KV cache beside them")
-    assert mem.max_batch_text("Llama-2-7B", context=4096, capacity=14e9) == (0, "none: the weights do not fit")
+    assert mem.max_batch_text("Llama-2-7B", context=4096, capacity=14e9) == (
+        0, "none: the weights fit, but not beside the activations and overhead")     # 13.48 GB + 2 GB overhead
+    assert mem.max_batch_text("Llama-2-7B", context=4096, capacity=13e9) == (0, "none: the weights do not fit")
