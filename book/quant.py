@@ -116,7 +116,7 @@ def _reason(e: BaseException) -> str:
 
 def compare_linear(k: int, n: int, *, batches: tuple[int, ...] = (1, 512), device=None, roof=None,
                    precisions: tuple[str, ...] = PRECISIONS, repeats: int = 3, fallbacks: tuple[str, ...] = (),
-                   results: list | None = None) -> list[str]:
+                   results: list | None = None, read_bytes: int = 0) -> list[str]:
     """Time one [n, k] linear layer at each precision and batch, every precision's kernels in turn at each batch
     (`book.timing.time_in_turn`); lines to print, with the roofline prediction
     beside each measurement when `roof` is given (chapter 02). `roof` is one `book.roofline.Roof`, or a dict of
@@ -126,7 +126,9 @@ def compare_linear(k: int, n: int, *, batches: tuple[int, ...] = (1, 512), devic
     newer GPU) gives one line, "note: int4 packing failed on this device (reason); int4 rows are left out", and the
     other rows still come out. Precisions in `fallbacks` (`Ceilings.fallbacks`: not clearly faster than fp32 here) are
     marked "*" and labelled a slow fallback. `results`, when given, receives one dict per timed row (precision,
-    batch, seconds, nbytes, predicted seconds or None, error, the kernel kept), for verdicts computed from the table."""
+    batch, seconds, nbytes, predicted seconds or None, error, the kernel kept), for verdicts computed from the table;
+    with `read_bytes`, a `sum` over a tensor of that many bytes is timed in the same rounds at each batch, and each
+    row carries the read bandwidth it measured ("read_bw", bytes/s)."""
     from .device import as_device, synchronize
     from .hardware import random_tensor
     from .roofline import Work, linear
@@ -161,11 +163,17 @@ def compare_linear(k: int, n: int, *, batches: tuple[int, ...] = (1, 512), devic
             lines.append(f"{p:>5}: kernel output disagrees with the dense product (rel. error {err:.2f}); skipped")
             continue
         layers[p] = (layer, kernels, err)
+    if read_bytes < 0:
+        raise ValueError(f"read_bytes must be >= 0, got {read_bytes}")
+    from .hardware import _random_tensor
+    reader = _random_tensor(read_bytes, dev) if read_bytes > 0 else None
     for b in batches:     # every precision's kernels in turn, so a drifting machine slows all of them alike
         fns = {}
         for p, (layer, kernels, _) in layers.items():
             x = random_tensor(b, k, device=dev, dtype=layer.act_dtype)
             fns.update({(p, name): (lambda fn=fn, x=x: fn(x)) for name, fn in kernels.items()})
+        if read_bytes > 0:
+            fns["read"] = reader.sum
         try:
             times = {key: t.median for key, t in
                      time_in_turn(fns, device=dev, warmup=1, rounds=repeats).items()}
@@ -173,7 +181,11 @@ def compare_linear(k: int, n: int, *, batches: tuple[int, ...] = (1, 512), devic
             synchronize(dev)
             lines.append(f"note: at B={b} the kernels were timed one at a time (one failed in turn)")
             times = {}
-            for (p, name), fn in fns.items():
+            for key, fn in fns.items():
+                if key == "read":
+                    times[key] = time_fn(fn, device=dev, warmup=1, repeats=repeats).median
+                    continue
+                p, name = key
                 try:
                     times[(p, name)] = time_fn(fn, device=dev, warmup=1, repeats=repeats).median
                 except torch.OutOfMemoryError:
@@ -186,15 +198,16 @@ def compare_linear(k: int, n: int, *, batches: tuple[int, ...] = (1, 512), devic
             mine = {name: times[(p, name)] for name in kernels if (p, name) in times}
             if mine:
                 best = min(mine, key=mine.get)
-                rows.append((p, b, mine[best], layer.nbytes, err, best))
+                rows.append((p, b, mine[best], layer.nbytes, err, best,
+                             read_bytes / times["read"] if "read" in times else None))
                 if len(mine) > 1:
                     timed = ", ".join(f"{nm} {format_seconds(t)}" for nm, t in mine.items())
                     lines.append(f"{p} kernels at B={b}: {timed}; the fastest ({best}) is kept")
-    del layers
+    del layers, reader
     base = {b: t for p, b, t, *_ in rows if p == "bf16"}
     lines.append(f"{'B':>5} {'weights':>7} {'measured':>9} {'predicted':>9} {'GB read':>8} {'GB/s':>6} "
                  f"{'vs bf16':>8} {'error':>6}")
-    for p, b, t, nbytes, err, kernel in sorted(rows, key=lambda r: (r[1], PRECISIONS.index(r[0]))):
+    for p, b, t, nbytes, err, kernel, read_bw in sorted(rows, key=lambda r: (r[1], PRECISIONS.index(r[0]))):
         act = "fp32" if p == "fp32" else "bf16"
         r = roof.get(act) if isinstance(roof, dict) else roof
         w = linear(b, k, n, p, act)
@@ -207,7 +220,7 @@ def compare_linear(k: int, n: int, *, batches: tuple[int, ...] = (1, 512), devic
                      f"{nbytes / t / 1e9:6.1f} {rel:>8} {err:6.0e}")
         if results is not None:
             results.append({"precision": p, "batch": b, "seconds": t, "nbytes": nbytes, "predicted": secs,
-                            "error": err, "kernel": kernel})
+                            "error": err, "kernel": kernel, **({"read_bw": read_bw} if read_bw else {})})
     shown = [p for p in fallbacks if any(row[0] == p for row in rows)]
     if shown:
         lines.append(f"* {', '.join(shown)}: a slow fallback here (its matmul rate, in the ceilings table, is under "

@@ -132,3 +132,18 @@ def test_a_kernel_that_fails_at_one_batch_is_timed_out_of_turn_with_a_note(monke
     rows = sorted((r[0], r[1]) for r in _rows(lines))
     assert rows == sorted([("1", p) for p in ("fp32", "bf16", "int8", "int4")]
                           + [("8", p) for p in ("fp32", "bf16", "int8")])
+
+
+def test_compare_linear_times_a_sum_in_the_same_rounds_when_asked():
+    results = []
+    quant.compare_linear(256, 512, batches=(1, 8), device="cpu", repeats=1, results=results, read_bytes=2**20)
+    by_batch = {}
+    for r in results:
+        assert r["read_bw"] > 0
+        by_batch.setdefault(r["batch"], set()).add(r["read_bw"])
+    assert all(len(v) == 1 for v in by_batch.values())          # one sum per batch's rounds, shared by its rows
+    plain = []
+    quant.compare_linear(256, 512, batches=(1,), device="cpu", repeats=1, results=plain)
+    assert all("read_bw" not in r for r in plain)
+    with pytest.raises(ValueError, match="read_bytes"):
+        quant.compare_linear(256, 512, batches=(1,), device="cpu", read_bytes=-1)
