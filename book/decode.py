@@ -299,9 +299,8 @@ def _models_in_turn(models: Mapping[str, Any], sizes: Sequence[int], make, *, ro
                 m.cache.fill_random(batch, max(sizes))
     dev = devs.pop()
     fns: dict = {(name, n): make(m, n, batch) for name, m in models.items() for n in sizes}
-    if read_bytes > 0:
-        from .hardware import _random_tensor
-        fns["read"] = _random_tensor(read_bytes, dev).sum
+    from .hardware import read_probe
+    fns.update(read_probe(read_bytes, dev))
     ts = time_in_turn(fns, device=dev, warmup=warmup, rounds=rounds)
     out: dict[str, Any] = {name: [ts[(name, n)] for n in sizes] for name in models}
     if read_bytes > 0:
@@ -339,8 +338,6 @@ def time_decode_steps(models: Mapping[str, Any], contexts: Sequence[int], *, bat
     (`book.timing.time_in_turn`), so a machine whose speed drifts slows all of them alike: one Timing per context,
     by model name; `read_bytes`: also a `sum` over a tensor of that many bytes in the same rounds, its one Timing
     under "read", the read bandwidth beside the steps (chapter 01)."""
-    if read_bytes < 0:
-        raise ValueError(f"read_bytes must be >= 0, got {read_bytes}")
     return _models_in_turn(models, contexts, _decode_step_fn, rounds=rounds, warmup=warmup, batch=batch, room=1,
                            read_bytes=read_bytes)
 

@@ -11,6 +11,7 @@ import time
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
+from typing import Any, Callable
 
 import torch
 import torch.nn.functional as F
@@ -19,7 +20,8 @@ from .device import as_device, device_name, last_level_cache_bytes, memory_bytes
 from .timing import Timing, time_fn
 
 __all__ = ["GPUSpec", "GPUS", "gpu", "gpu_names", "datasheet_for", "Ceilings", "measure_read_bandwidth",
-           "measure_copy_bandwidth", "measure_matmul", "random_tensor", "supported_matmul_dtypes", "measured_ceilings",
+           "measure_copy_bandwidth", "measure_matmul", "random_tensor", "read_probe", "supported_matmul_dtypes",
+           "measured_ceilings",
            "bandwidth_test_bytes", "bandwidth_sweep", "ceilings_file", "sweep_sizes", "reference_suite", "DTYPES"]
 
 GB = 1e9
@@ -157,6 +159,15 @@ def random_tensor(*shape: int, device: torch.device | str | None = None,
 
 def _random_tensor(nbytes: int, device: torch.device, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     return random_tensor(max(1, nbytes // torch.empty((), dtype=dtype).element_size()), device=device, dtype=dtype)
+
+
+def read_probe(read_bytes: int, device: torch.device | str | None = None) -> dict[str, Callable[[], Any]]:
+    """{"read": a `sum` over a fresh tensor of `read_bytes`}, or {} for 0: added to the functions a
+    `book.timing.time_in_turn` call times, it samples the memory's read bandwidth in the same rounds as them
+    (chapters 01, 02 and 04)."""
+    if read_bytes < 0:
+        raise ValueError(f"read_bytes must be >= 0, got {read_bytes}")
+    return {"read": _random_tensor(read_bytes, as_device(device)).sum} if read_bytes > 0 else {}
 
 
 def measure_read_bandwidth(nbytes: int | None = None, device: torch.device | str | None = None, *,

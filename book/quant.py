@@ -139,7 +139,7 @@ def compare_linear(k: int, n: int, *, batches: tuple[int, ...] = (1, 512), devic
              "predicted: the roofline with the measured ceilings; error: relative, vs the fp32\n"
              "product of the same weights and inputs (rounding to 8 or 4 bits costs about 1e-2\n"
              "or 1e-1; over 0.2 a kernel is taken to be wrong and skipped)"]
-    rows = []                                     # (precision, batch, seconds, weight bytes, error)
+    rows = []                                     # (precision, batch, seconds, weight bytes, error, kernel, read)
     layers = {}                                   # precision -> (layer, its kernels, error)
     for p in precisions:
         try:
@@ -163,17 +163,14 @@ def compare_linear(k: int, n: int, *, batches: tuple[int, ...] = (1, 512), devic
             lines.append(f"{p:>5}: kernel output disagrees with the dense product (rel. error {err:.2f}); skipped")
             continue
         layers[p] = (layer, kernels, err)
-    if read_bytes < 0:
-        raise ValueError(f"read_bytes must be >= 0, got {read_bytes}")
-    from .hardware import _random_tensor
-    reader = _random_tensor(read_bytes, dev) if read_bytes > 0 else None
+    from .hardware import read_probe
+    probe = read_probe(read_bytes, dev)           # one tensor, read again in every batch's rounds
     for b in batches:     # every precision's kernels in turn, so a drifting machine slows all of them alike
         fns = {}
         for p, (layer, kernels, _) in layers.items():
             x = random_tensor(b, k, device=dev, dtype=layer.act_dtype)
             fns.update({(p, name): (lambda fn=fn, x=x: fn(x)) for name, fn in kernels.items()})
-        if read_bytes > 0:
-            fns["read"] = reader.sum
+        fns.update(probe)
         try:
             times = {key: t.median for key, t in
                      time_in_turn(fns, device=dev, warmup=1, rounds=repeats).items()}
@@ -203,7 +200,7 @@ def compare_linear(k: int, n: int, *, batches: tuple[int, ...] = (1, 512), devic
                 if len(mine) > 1:
                     timed = ", ".join(f"{nm} {format_seconds(t)}" for nm, t in mine.items())
                     lines.append(f"{p} kernels at B={b}: {timed}; the fastest ({best}) is kept")
-    del layers, reader
+    del layers, probe
     base = {b: t for p, b, t, *_ in rows if p == "bf16"}
     lines.append(f"{'B':>5} {'weights':>7} {'measured':>9} {'predicted':>9} {'GB read':>8} {'GB/s':>6} "
                  f"{'vs bf16':>8} {'error':>6}")

@@ -292,7 +292,7 @@ def measure_decode_steps(model, batches: Sequence[int], context: int, *, warmup:
     one random cache sized for the largest batch; one Timing per batch, in order. `read_bytes`: also time a `sum`
     over a tensor of that many bytes in the same rounds, its Timing last, so the read bandwidth beside the steps
     can be set beside the ceilings' (chapters 02 and 04)."""
-    from .hardware import _random_tensor
+    from .hardware import read_probe
     from .timing import time_in_turn
     batches = [_count("batch", b) for b in batches]
     context = _count("context", context, 0)
@@ -302,8 +302,7 @@ def measure_decode_steps(model, batches: Sequence[int], context: int, *, warmup:
     model.setup_cache(top, context + 1)
     model.cache.fill_random(top, context)
     fns: dict = {b: decode_step_fn(model, context, b) for b in dict.fromkeys(batches)}
-    if read_bytes > 0:
-        fns["read"] = _random_tensor(read_bytes, model.device).sum
+    fns.update(read_probe(read_bytes, model.device))
     ts = time_in_turn(fns, device=model.device, warmup=warmup, rounds=rounds)
     return [ts[b] for b in batches] + ([ts["read"]] if read_bytes > 0 else [])
 
@@ -380,17 +379,14 @@ def linear_sweep(batches: list[int], d_in: int, d_out: int, dtype: str = "bf16",
     bandwidth it measured ("read_bw"), the memory's speed while the products ran."""
     from .llama import linear as decoder_linear
     from .device import as_device
-    from .hardware import _random_tensor, random_tensor
+    from .hardware import random_tensor, read_probe
     from .models import _torch_dtype
     from .timing import time_in_turn
     dev, dt = as_device(device), _torch_dtype(dtype)
     w = random_tensor(d_out, d_in, device=dev, dtype=dt)
     xs = {b: random_tensor(_count("batch", b), d_in, device=dev, dtype=dt) for b in batches}
-    if read_bytes < 0:
-        raise ValueError(f"read_bytes must be >= 0, got {read_bytes}")
     fns: dict = {b: (lambda x=x: decoder_linear(x, w)) for b, x in xs.items()}
-    if read_bytes > 0:
-        fns["read"] = _random_tensor(read_bytes, dev).sum
+    fns.update(read_probe(read_bytes, dev))
     ts = time_in_turn(fns, device=dev, warmup=1, rounds=repeats)
     rows = []
     for b in batches:

@@ -181,9 +181,13 @@ class Report:
         """Requests served per step over the steps that left requests waiting, after the first tenth of them (the
         start): chapter 03's allocator simulation averages the same way; nan when no step left one waiting or the
         server does not log its queue (chapter 04)."""
-        busy = [s for s in self.steps if s.waiting > 0]
-        busy = busy[len(busy) // 10:]
+        busy = self._saturated_steps()
         return sum(len(s.prefill) + len(s.decode) for s in busy) / len(busy) if busy else math.nan
+
+    def _saturated_steps(self) -> list[Step]:
+        """The steps that left requests waiting, after the first tenth of them (the start)."""
+        busy = [s for s in self.steps if s.waiting > 0]
+        return busy[len(busy) // 10:]
 
     @property
     def saturated_throughput(self) -> float:
@@ -191,8 +195,7 @@ class Report:
         left one waiting (after the first tenth of those steps, the start) to the end of the last, over that span;
         the rate a server sustains at full load, where `throughput` also counts a burst's draining tail; nan when no
         step left one waiting or the server does not log its queue (chapter 04)."""
-        busy = [s for s in self.steps if s.waiting > 0]
-        busy = busy[len(busy) // 10:]
+        busy = self._saturated_steps()
         if not busy or busy[-1].end <= busy[0].start:
             return math.nan
         t0, t1 = busy[0].start, busy[-1].end

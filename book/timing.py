@@ -87,8 +87,8 @@ class Timing:
 
     @property
     def iqr(self) -> float:
-        xs = sorted(self.times)
-        return _quantile(xs, 0.75) - _quantile(xs, 0.25)
+        q1, q3 = self.quartiles
+        return q3 - q1
 
     @property
     def spread(self) -> float:

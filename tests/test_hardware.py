@@ -315,3 +315,11 @@ def test_a_rate_sampled_later_is_called_moved_only_beyond_the_ceilings_range():
     assert still is None and "as fast" not in text
     _, text = c.beside_text(20e9, "the predictions", beside="the sweep")  # named where it was sampled
     assert "beside the sweep (sum" in text and "faster\nthan this one was during the sweep" in text
+
+
+def test_read_probe_adds_a_sum_to_functions_timed_in_turn():
+    assert hw.read_probe(0, "cpu") == {}
+    probe = hw.read_probe(2**20, "cpu")
+    assert list(probe) == ["read"] and float(probe["read"]()) != 0.0
+    with pytest.raises(ValueError, match="read_bytes"):
+        hw.read_probe(-1, "cpu")
